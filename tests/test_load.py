@@ -1,0 +1,411 @@
+"""Tests of stage 1 (load): every format to the canonical Graph, and every bad input to one
+InputError line naming the file and the line, row or id."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfgm_dist.graph import Graph, InputError
+from tfgm_dist.load import load_dbp15k, load_graph, load_id_list, load_pairs
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_data = pytest.mark.skipif(not DATA.is_dir(),
+                                reason=f"benchmark data not found at {DATA}")
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def edges(g: Graph) -> list[tuple]:
+    """Edges in the user's ids, in graph order."""
+    ids = g.ids.to_pylist()
+    return [(ids[u], ids[v]) for u, v in g.edge_index.t().tolist()]
+
+
+def raises(*fragments: str):
+    """pytest.raises(InputError) whose one-line message contains every fragment."""
+    return pytest.raises(InputError, match="(?s)" + "".join(
+        f"(?=.*{re.escape(str(f))})" for f in fragments))
+
+
+# --- edge lists --------------------------------------------------------------------------------
+
+
+def test_edge_list_int_ids_comments_and_first_appearance_order(tmp_path):
+    path = write(tmp_path, "g.txt", "# comment\n\n5 3\n% other comment\n  3   9 \n9\t5\n")
+    g = load_graph(path)
+    assert g.ids.type == pa.int64()
+    assert g.ids.to_pylist() == [5, 3, 9]
+    assert edges(g) == [(5, 3), (3, 9), (9, 5)]
+    assert g.edge_index.dtype == torch.int64 and g.edge_weight is None
+    assert g.source == str(path)
+    assert g.stats == {"input_edges": 3, "self_loops": 0, "duplicate_edges": 0}
+
+
+def test_edge_list_string_ids(tmp_path):
+    g = load_graph(write(tmp_path, "g.edges", "alice bob\nbob carol\n7 alice\n"))
+    assert g.ids.type == pa.string()
+    assert g.ids.to_pylist() == ["alice", "bob", "carol", "7"]
+    assert edges(g) == [("alice", "bob"), ("bob", "carol"), ("7", "alice")]
+
+
+def test_edge_list_non_canonical_integers_stay_strings(tmp_path):
+    # "007" and "0x1" would not print back as read, so the ids stay strings.
+    g = load_graph(write(tmp_path, "g.txt", "007 1\n0x1 1\n"))
+    assert g.ids.to_pylist() == ["007", "1", "0x1"]
+
+
+def test_edge_list_drops_self_loops_and_duplicates_keeps_direction(tmp_path):
+    g = load_graph(write(tmp_path, "g", "1 2\n2 1\n1 2\n3 3\n2 3\n3 3\n"))
+    assert edges(g) == [(1, 2), (2, 1), (2, 3)]
+    assert g.ids.to_pylist() == [1, 2, 3]  # a node seen only in a self-loop is still a node
+    assert g.stats == {"input_edges": 6, "self_loops": 2, "duplicate_edges": 1}
+
+
+def test_csv_with_header_and_weights_keeps_first_duplicate_weight(tmp_path):
+    g = load_graph(write(tmp_path, "g.csv", "src,dst,weight\na, b, 0.5\nb,c,2\na,b,9\n"))
+    assert edges(g) == [("a", "b"), ("b", "c")]
+    assert g.edge_weight.dtype == torch.float32
+    assert g.edge_weight.tolist() == [0.5, 2.0]
+
+
+def test_tsv_header_detected_by_non_numeric_weight(tmp_path):
+    g = load_graph(write(tmp_path, "g.tsv", "node1\tnode2\tscore\n1\t2\t1e-3\n"))
+    assert edges(g) == [(1, 2)]
+    assert g.edge_weight.tolist() == pytest.approx([1e-3])
+
+
+@pytest.mark.parametrize("header", ["source target", "u v", "from to", "SRC DST"])
+def test_whitespace_header_by_name(tmp_path, header):
+    assert edges(load_graph(write(tmp_path, "g.txt", f"{header}\n1 2\n"))) == [(1, 2)]
+
+
+def test_triples_by_name_and_by_extension(tmp_path):
+    text = "1\tborn_in\t2\n2\tpart_of\t3\n1\tborn_in\t3\n"
+    for name in ("triples_1", "kg.triples"):
+        g = load_graph(write(tmp_path, name, text))
+        assert edges(g) == [(1, 2), (2, 3), (1, 3)]
+        assert g.stats["relations"] == 2
+
+
+def test_fmt_overrides_extension(tmp_path):
+    path = write(tmp_path, "g.dat", "a r b\n")
+    with raises(str(path), "fmt="):
+        load_graph(path)
+    assert edges(load_graph(path, fmt="triples")) == [("a", "b")]
+    with raises(str(path), "line 1", "weight 'b' is not a number"):
+        load_graph(path, fmt="edgelist")
+    with raises(str(path), "unknown format 'xml'"):
+        load_graph(path, fmt="xml")
+
+
+# --- LEDA --------------------------------------------------------------------------------------
+
+LEDA = """LEDA.GRAPH
+string
+short
+-2
+3
+|{PAP1}|
+|{SSU72}|
+|{MPE1}|
+3
+1 2 0 |{}|
+2 3 0 |{}|
+3 3 0 |{}|
+"""
+
+
+def test_leda(tmp_path):
+    g = load_graph(write(tmp_path, "g.gw", LEDA))
+    assert g.ids.to_pylist() == ["PAP1", "SSU72", "MPE1"]
+    assert edges(g) == [("PAP1", "SSU72"), ("SSU72", "MPE1")]
+    assert g.stats["self_loops"] == 1
+
+
+def test_leda_unlabelled_nodes_use_their_index(tmp_path):
+    text = LEDA.replace("PAP1", "").replace("SSU72", "").replace("MPE1", "")
+    g = load_graph(write(tmp_path, "g.gw", text))
+    assert g.ids.to_pylist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("bad, line, message", [
+    (LEDA.replace("LEDA.GRAPH", "GRAPH"), 1, "expected the header LEDA.GRAPH"),
+    (LEDA.replace("\n3\n1 2", "\nthree\n1 2"), 9, "expected the edge count"),
+    (LEDA.replace("|{MPE1}|", "MPE1"), 8, "expected a node label"),
+    (LEDA.replace("|{MPE1}|", "|{PAP1}|"), 8, "repeats line 6"),
+    (LEDA.replace("2 3 0", "2 4 0"), 11, "outside 1..3"),
+    (LEDA.replace("2 3 0", "2 x 0"), 11, "expected an edge"),
+    (LEDA + "1 3 0 |{}|\n", 13, "more lines than the 3 edges declared on line 9"),
+])
+def test_leda_malformed(tmp_path, bad, line, message):
+    path = write(tmp_path, "g.gw", bad)
+    with raises(f"{path} line {line}", message):
+        load_graph(path)
+
+
+def test_leda_too_few_edges(tmp_path):
+    path = write(tmp_path, "g.gw", LEDA.replace("3 3 0 |{}|\n", ""))
+    with raises(str(path), "ends early, expected 3 edges"):
+        load_graph(path)
+
+
+# --- Parquet layout ----------------------------------------------------------------------------
+
+
+def parquet_dir(tmp_path: Path, edges_table: dict, nodes_table: dict | None = None,
+                row_group_size: int | None = None) -> Path:
+    directory = tmp_path / "graph"
+    directory.mkdir()
+    pq.write_table(pa.table(edges_table), directory / "edges.parquet",
+                   row_group_size=row_group_size)
+    if nodes_table is not None:
+        pq.write_table(pa.table(nodes_table), directory / "nodes.parquet")
+    return directory
+
+
+def test_parquet_without_nodes_streams_row_groups(tmp_path):
+    directory = parquet_dir(tmp_path, {"src": ["x", "y", "z", "x"], "dst": ["y", "z", "x", "y"],
+                                       "weight": [1.0, 2.0, 3.0, 4.0]}, row_group_size=1)
+    assert pq.ParquetFile(directory / "edges.parquet").num_row_groups == 4
+    g = load_graph(directory)
+    assert g.ids.to_pylist() == ["x", "y", "z"]
+    assert edges(g) == [("x", "y"), ("y", "z"), ("z", "x")]
+    assert g.edge_weight.tolist() == [1.0, 2.0, 3.0]
+    assert g.stats["duplicate_edges"] == 1 and g.source == str(directory)
+
+
+def test_parquet_with_nodes_names_and_features(tmp_path):
+    directory = parquet_dir(
+        tmp_path, {"src": pa.array([30, 10], pa.int32()), "dst": pa.array([10, 20], pa.int32())},
+        {"id": [10, 20, 30, 40], "name": ["ten", "twenty", "thirty", "forty"],
+         "features": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]})
+    g = load_graph(directory)
+    assert g.ids.type == pa.int64() and g.ids.to_pylist() == [10, 20, 30, 40]
+    assert edges(g) == [(30, 10), (10, 20)]
+    assert g.names == ["ten", "twenty", "thirty", "forty"]
+    assert g.features.dtype == torch.float32 and g.features.shape == (4, 2)
+    assert g.features[3].tolist() == [0.5, 0.5]
+
+
+def test_parquet_unknown_node_names_id_and_row(tmp_path):
+    directory = parquet_dir(tmp_path, {"src": ["a", "b", "a"], "dst": ["b", "a", "q"]},
+                            {"id": ["a", "b"]}, row_group_size=2)
+    with raises(f"{directory / 'edges.parquet'} row 3", "'q'", "nodes.parquet"):
+        load_graph(directory)
+
+
+@pytest.mark.parametrize("features, message", [
+    ([[1.0, 2.0], [float("nan"), 0.0]], "node 'b' has a NaN"),
+    ([[1.0, 2.0], [float("inf"), 0.0]], "node 'b' has a NaN, infinite"),
+    ([[1.0, 2.0], [1.0]], "node 'b' has 1 features"),
+])
+def test_parquet_bad_features_name_the_node(tmp_path, features, message):
+    directory = parquet_dir(tmp_path, {"src": ["a"], "dst": ["b"]},
+                            {"id": ["a", "b"], "features": features})
+    with raises(str(directory / "nodes.parquet"), message):
+        load_graph(directory)
+
+
+def test_parquet_malformed(tmp_path):
+    directory = parquet_dir(tmp_path, {"u": [1], "v": [2]})
+    with raises(str(directory / "edges.parquet"), "missing column(s) src, dst"):
+        load_graph(directory)
+    (tmp_path / "empty").mkdir()
+    with raises(str(tmp_path / "empty" / "edges.parquet"), "no such file"):
+        load_graph(tmp_path / "empty")
+    (tmp_path / "empty" / "edges.parquet").write_text("not parquet")
+    with raises(str(tmp_path / "empty" / "edges.parquet"), "not a readable Parquet file"):
+        load_graph(tmp_path / "empty")
+
+
+def test_parquet_duplicate_node_and_null_edge(tmp_path):
+    directory = parquet_dir(tmp_path, {"src": [1, None], "dst": [2, 1]}, {"id": [1, 2, 1]})
+    with raises(str(directory / "nodes.parquet"), "row 3", "lists node 1 twice", "row 1"):
+        load_graph(directory)
+    (directory / "nodes.parquet").unlink()
+    with raises(f"{directory / 'edges.parquet'} row 2", "column src is null"):
+        load_graph(directory)
+
+
+def test_parquet_empty_edges(tmp_path):
+    directory = parquet_dir(tmp_path, {"src": pa.array([], pa.int64()),
+                                       "dst": pa.array([], pa.int64())})
+    with raises(str(directory / "edges.parquet"), "no edges"):
+        load_graph(directory)
+
+
+# --- malformed text ----------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path):
+    with raises(str(tmp_path / "nope.txt"), "no such file"):
+        load_graph(tmp_path / "nope.txt")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "src dst\n"])
+def test_empty_file(tmp_path, text):
+    path = write(tmp_path, "g.txt", text)
+    with raises(str(path), "no data lines"):
+        load_graph(path)
+
+
+@pytest.mark.parametrize("name, text, line, message", [
+    ("g.txt", "1 2\n# c\n1 2 3 4\n", 3, "expected 2 columns like line 1, got 4"),
+    ("g.txt", "1\n", 1, "expected 2 or 3 columns, got 1"),
+    ("g.txt", "1 2 0.5\n\n3 4 heavy\n", 3, "weight 'heavy' is not a number"),
+    ("g.txt", "1 2 0.5\n3 4 nan\n", 2, "weight 'nan' is not a finite"),
+    ("g.txt", "1 2 1e300\n", 1, "weight '1e300' is not a finite float32"),
+    ("g.csv", "1,2\n3,\n", 2, "column 2 is empty"),
+])
+def test_malformed_edge_list_names_file_and_line(tmp_path, name, text, line, message):
+    path = write(tmp_path, name, text)
+    with raises(f"{path} line {line}:", message):
+        load_graph(path)
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_bytes(b"1 2\n3 \xff\n")
+    with raises(f"{path} line 2", "not UTF-8"):
+        load_graph(path)
+
+
+# --- pairs and id lists ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def int_graphs(tmp_path):
+    return (load_graph(write(tmp_path, "s.txt", "1 2\n2 3\n")),
+            load_graph(write(tmp_path, "t.txt", "30 20\n20 10\n")))
+
+
+def test_load_pairs_text_and_parquet(tmp_path, int_graphs):
+    source, target = int_graphs
+    s, t = load_pairs(write(tmp_path, "p.tsv", "source_id\ttarget_id\n1\t10\n3\t30\n"),
+                      source, target, "seeds")
+    assert s.dtype == np.int64 and s.tolist() == [0, 2] and t.tolist() == [2, 0]
+    pq.write_table(pa.table({"a": [3, 2], "b": ["30", "20"]}), tmp_path / "p.parquet")
+    s, t = load_pairs(tmp_path / "p.parquet", source, target, "seeds")
+    assert s.tolist() == [2, 1] and t.tolist() == [0, 1]
+
+
+def test_load_pairs_string_graph(tmp_path):
+    source = load_graph(write(tmp_path, "s.txt", "a b\n"))
+    target = load_graph(write(tmp_path, "t.txt", "B A\n"))
+    s, t = load_pairs(write(tmp_path, "p.csv", "a,A\nb, B\n"), source, target, "seeds")
+    assert s.tolist() == [0, 1] and t.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("1 10\n3 99\n", 2, "id 99 is not a node of"),
+    ("1 10\n2 20\n1 30\n", 3, "maps node 1 twice (also at line 1)"),
+    ("1 10\n2 10\n", 2, "maps node 10 twice"),
+    ("1 10\ntwo 20\n", 2, "id 'two' is not an integer"),
+    ("1 10 5\n", 1, "expected 2 columns, got 3"),
+])
+def test_load_pairs_malformed(tmp_path, int_graphs, text, line, message):
+    path = write(tmp_path, "p.txt", text)
+    with raises("seeds", f"{path} line {line}:", message):
+        load_pairs(path, *int_graphs, "seeds")
+
+
+def test_load_pairs_missing_file(tmp_path, int_graphs):
+    with raises(str(tmp_path / "p.txt"), "no such file"):
+        load_pairs(tmp_path / "p.txt", *int_graphs, "seeds")
+
+
+def test_load_id_list(tmp_path, int_graphs):
+    _, target = int_graphs
+    assert load_id_list(write(tmp_path, "c.txt", "id\n10\n# c\n30\n"),
+                        target, "candidates").tolist() == [2, 0]
+    path = write(tmp_path, "d.txt", "10\n20\n10\n")
+    with raises("candidates", f"{path} line 3", "maps node 10 twice"):
+        load_id_list(path, target, "candidates")
+    path = write(tmp_path, "e.txt", "10\n40\n")
+    with raises(f"{path} line 2", "id 40 is not a node"):
+        load_id_list(path, target, "candidates")
+
+
+# --- DBP15k ------------------------------------------------------------------------------------
+
+
+def test_load_dbp15k_synthetic_with_name_fallback(tmp_path):
+    pair = tmp_path / "dbp15k" / "xx_en"
+    pair.mkdir(parents=True)
+    names = tmp_path / "dbp15k" / "translated_names"
+    names.mkdir()
+    write(pair, "ent_ids_1", "0\thttp://xx.dbpedia.org/resource/Foo_Bar\n2\thttp://x/r/Baz\n")
+    write(pair, "ent_ids_2", "1\thttp://dbpedia.org/resource/Foo\n3\thttp://dbpedia.org/r/Q_(x)\n")
+    write(pair, "triples_1", "0\t7\t2\n2\t7\t2\n")
+    write(pair, "triples_2", "3\t5\t1\n")
+    write(pair, "ref_ent_ids", "0\t1\n2\t3\n")
+    write(names, "dbp_xx_en.json", '[[0, ["foo", "bar"]], [1, ["foo"]], [2, []]]')
+    source, target, pairs = load_dbp15k(pair)
+    assert source.ids.to_pylist() == [0, 2] and target.ids.to_pylist() == [1, 3]
+    assert source.names == ["foo bar", "Baz"] and target.names == ["foo", "Q (x)"]
+    assert edges(source) == [(0, 2)] and source.stats["self_loops"] == 1
+    assert edges(target) == [(3, 1)]
+    assert pairs.column_names == ["source_id", "target_id"]
+    assert pairs.to_pylist() == [{"source_id": 0, "target_id": 1},
+                                 {"source_id": 2, "target_id": 3}]
+    write(pair, "triples_2", "3\t5\t1\n3\t5\t8\n")
+    with raises(f"{pair / 'triples_2'} line 2", "id 8 is not listed in", "ent_ids_2"):
+        load_dbp15k(pair)
+
+
+# --- real benchmark files ----------------------------------------------------------------------
+
+
+@needs_data
+def test_real_yeast():
+    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+    assert (g.num_nodes, g.num_edges) == (1004, 8323)
+    assert sorted(g.ids.to_pylist()) == list(range(1004))
+    leda = load_graph(DATA / "yeast_ppi" / "gw" / "0Krogan_2007_high.gw")
+    assert (leda.num_nodes, leda.num_edges) == (1004, 8323)
+    assert leda.ids[0].as_py() == "PAP1"
+
+
+@needs_data
+def test_real_dbp15k_zh_en():
+    source, target, pairs = load_dbp15k(DATA / "dbp15k" / "zh_en")
+    assert (source.num_nodes, target.num_nodes) == (19388, 19572)
+    assert pairs.num_rows == 15000
+    assert pairs.slice(0, 1).to_pylist() == [{"source_id": 0, "target_id": 10500}]
+    assert source.names[:2] == ["abdullah gul", "kim dae jung"]
+    assert all(source.names) and all(target.names)
+    assert source.stats["input_edges"] == 70414 and target.stats["input_edges"] == 95142
+    s, t = load_pairs(DATA / "dbp15k" / "zh_en" / "ref_ent_ids", source, target, "gold")
+    assert len(s) == len(t) == 15000 and source.ids[int(s[0])].as_py() == 0
+
+
+# --- property ----------------------------------------------------------------------------------
+
+TABLE_TEXT = st.text(alphabet="0123456789ab -.,\t\n#%enaif\r", max_size=200)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=200), TABLE_TEXT.map(str.encode)),
+       suffix=st.sampled_from(["", ".csv", ".tsv", ".txt", ".gw"]))
+def test_any_bytes_give_a_graph_or_input_error(tmp_path, data, suffix):
+    path = tmp_path / f"g{suffix}"
+    path.write_bytes(data)
+    try:
+        g = load_graph(path)
+    except InputError as e:
+        assert "\n" not in str(e) and str(path) in str(e)
+    else:
+        assert isinstance(g, Graph) and g.num_edges <= g.stats["input_edges"]

@@ -1,0 +1,98 @@
+"""The canonical graph every loader produces and every later stage consumes.
+
+Nodes are numbered ``0 .. num_nodes - 1`` in the order the loader first saw them; ``ids``
+maps those contiguous numbers back to the user's ids (ints or strings), so that every output
+can speak the user's ids again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+
+class InputError(ValueError):
+    """Bad user input. The message is one line and names the file and line, column or id."""
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A graph with contiguous node numbers and the user's ids beside them.
+
+    Attributes:
+        ids: user ids, one per node, ``pa.Array`` of int64 or string, length ``N``.
+        edge_index: ``[2, E]`` int64 tensor of contiguous node numbers, as given in the input
+            (direction kept; the embed stage decides whether to symmetrise).
+        edge_weight: optional ``[E]`` float tensor.
+        names: optional node text (``list[str]`` of length ``N``) for name features.
+        features: optional ``[N, d]`` float tensor of given node vectors.
+        source: where the graph came from, for error messages and the manifest.
+        stats: what the loader counted and dropped (duplicate edges, self-loops, ...).
+    """
+
+    ids: pa.Array
+    edge_index: torch.Tensor
+    edge_weight: torch.Tensor | None = None
+    names: list[str] | None = None
+    features: torch.Tensor | None = None
+    source: str = "<memory>"
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        if self.edge_index.dim() != 2 or self.edge_index.size(0) != 2:
+            raise InputError(f"{self.source}: edge_index must have shape [2, E], "
+                             f"got {tuple(self.edge_index.shape)}")
+        if self.edge_index.numel() and (int(self.edge_index.min()) < 0
+                                        or int(self.edge_index.max()) >= n):
+            raise InputError(f"{self.source}: edge endpoints must lie in [0, {n})")
+        if self.edge_weight is not None and self.edge_weight.numel() != self.edge_index.size(1):
+            raise InputError(f"{self.source}: {self.edge_weight.numel()} edge weights "
+                             f"for {self.edge_index.size(1)} edges")
+        if self.names is not None and len(self.names) != n:
+            raise InputError(f"{self.source}: {len(self.names)} names for {n} nodes")
+        if self.features is not None and self.features.size(0) != n:
+            raise InputError(f"{self.source}: {self.features.size(0)} feature rows "
+                             f"for {n} nodes")
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.ids)
+
+    @property
+    def num_edges(self) -> int:
+        return self.edge_index.size(1)
+
+    def index_of(self, user_ids: pa.Array | list, what: str) -> np.ndarray:
+        """Contiguous node numbers of ``user_ids``; an unknown id raises :class:`InputError`."""
+        user_ids = pa.array(user_ids) if not isinstance(user_ids, pa.Array) else user_ids
+        if user_ids.type != self.ids.type:
+            try:
+                user_ids = user_ids.cast(self.ids.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InputError(f"{what}: ids of type {user_ids.type} do not match the "
+                                 f"graph's {self.ids.type} ids ({self.source})") from None
+        pos = pa.compute.index_in(user_ids, value_set=self.ids).to_numpy(zero_copy_only=False)
+        missing = np.flatnonzero(np.isnan(pos)) if pos.dtype.kind == "f" else np.array([], int)
+        if len(missing):
+            raise InputError(f"{what}: id {user_ids[int(missing[0])].as_py()!r} (row "
+                             f"{int(missing[0]) + 1}) is not a node of {self.source}")
+        return pos.astype(np.int64)
+
+    def permuted(self, perm: torch.Tensor) -> "Graph":
+        """The same graph with node ``perm[i]`` renumbered ``i``.
+
+        Used to put the target's nodes in a seeded random order, so that no later tie-break
+        (FAISS, scipy's assignment) can favour a target whose number equals the source's.
+        """
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.numel())
+        return replace(
+            self,
+            ids=self.ids.take(pa.array(perm.numpy())),
+            edge_index=inverse[self.edge_index],
+            names=None if self.names is None else [self.names[i] for i in perm.tolist()],
+            features=None if self.features is None else self.features[perm],
+        )
