@@ -1,0 +1,167 @@
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.sparse import csr_array
+from scipy.sparse.csgraph import maximum_bipartite_matching
+
+from tfgm_dist.assign import (argmax, hungarian, mutual, one_to_one, sinkhorn_dense,
+                              sinkhorn_sparse, sparse_one_to_one)
+from tfgm_dist.search import Candidates
+
+INF = float("inf")
+
+
+def cands(scores, index) -> Candidates:
+    return Candidates(torch.tensor(scores, dtype=torch.float32), torch.tensor(index))
+
+
+def full_candidates(dense: torch.Tensor) -> Candidates:
+    """Every target listed for every source, best first."""
+    scores, index = dense.topk(dense.size(1), dim=1)
+    return Candidates(scores, index)
+
+
+def brute_force(scores: np.ndarray) -> float:
+    n_s, n_t = scores.shape
+    if n_s <= n_t:
+        return max(scores[range(n_s), list(p)].sum()
+                   for p in itertools.permutations(range(n_t), n_s))
+    return max(scores[list(p), range(n_t)].sum() for p in itertools.permutations(range(n_s), n_t))
+
+
+def assert_one_to_one(matched: torch.Tensor) -> None:
+    used = matched[matched >= 0]
+    assert used.unique().numel() == used.numel()
+
+
+def test_argmax_takes_first_best_and_marks_empty_rows():
+    c = cands([[0.9, 0.5], [0.7, 0.7], [-INF, -INF]], [[2, 0], [1, 0], [-1, -1]])
+    # the tie in row 1 goes to the first listed (1), not to the smaller id (0)
+    assert argmax(c).tolist() == [2, 1, -1]
+
+
+def test_mutual_keeps_pairs_that_choose_each_other():
+    forward = cands([[0.9, 0.1], [0.8, 0.2], [0.7, 0.6], [-INF, -INF]],
+                    [[2, 0], [1, 0], [1, 2], [-1, -1]])
+    reverse = cands([[0.5], [0.7], [0.9]], [[0], [2], [0]])
+    # s0 -> t2 -> s0 yes; s1 -> t1 -> s2 no; s2 -> t1 -> s2 yes; s3 empty
+    assert mutual(forward, reverse).tolist() == [2, -1, 1, -1]
+
+
+def test_mutual_rejects_mismatched_directions():
+    with pytest.raises(ValueError, match="reverse has only 1 rows"):
+        mutual(cands([[1.0]], [[3]]), cands([[1.0]], [[0]]))
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 5), (5, 3)])
+def test_hungarian_matches_brute_force(shape):
+    scores = torch.from_numpy(np.random.default_rng(0).normal(size=shape))
+    matched = hungarian(scores)
+    assert matched.shape == (shape[0],)
+    assert_one_to_one(matched)
+    assert (matched >= 0).sum() == min(shape)
+    rows = torch.nonzero(matched >= 0).squeeze(1)
+    total = scores[rows, matched[rows]].sum().item()
+    assert total == pytest.approx(brute_force(scores.numpy()))
+
+
+def test_hungarian_refuses_large_dense_matrices():
+    with pytest.raises(ValueError, match=r'method="sparse".*--assign one-to-one'):
+        hungarian(torch.zeros(10, 10), max_bytes=799)
+    assert hungarian(torch.zeros(10, 10), max_bytes=800).shape == (10,)
+
+
+@pytest.mark.parametrize("shape", [(30, 30), (20, 30), (30, 20)])
+def test_sparse_one_to_one_equals_hungarian_when_every_pair_is_a_candidate(shape):
+    dense = torch.rand(shape, generator=torch.Generator().manual_seed(1))
+    matched = sparse_one_to_one(full_candidates(dense), shape[1])
+    assert torch.equal(matched, hungarian(dense))
+
+
+def test_sparse_one_to_one_is_valid_and_maximum_when_full_matching_impossible():
+    rng = np.random.default_rng(2)
+    n_s, n_t, k = 50, 12, 3
+    index = torch.from_numpy(np.stack([rng.choice(n_t, k, replace=False) for _ in range(n_s)]))
+    c = Candidates.sorted(torch.rand(n_s, k, generator=torch.Generator().manual_seed(2)), index)
+    matched = sparse_one_to_one(c, n_t)
+    assert_one_to_one(matched)
+    rows = torch.nonzero(matched >= 0).squeeze(1)
+    assert (c.index[rows] == matched[rows, None]).any(dim=1).all()  # only candidate edges
+    graph = csr_array((np.ones(n_s * k), (np.repeat(np.arange(n_s), k), index.flatten())),
+                      shape=(n_s, n_t))
+    assert rows.numel() == (maximum_bipartite_matching(graph) >= 0).sum()
+
+
+def test_sparse_one_to_one_prefers_more_matches_over_one_heavy_edge():
+    # a={x: 10, y: 1}, b={x: 1}: {a-x} scores 10 but {a-y, b-x} matches both
+    c = cands([[10.0, 1.0], [1.0, -INF]], [[0, 1], [0, -1]])
+    assert sparse_one_to_one(c, 2).tolist() == [1, 0]
+
+
+def test_sparse_one_to_one_ignores_minus_inf_entries_and_empty_rows():
+    c = cands([[0.5, -INF], [-INF, -INF]], [[0, 1], [-1, -1]])
+    assert sparse_one_to_one(c, 2).tolist() == [0, -1]
+
+
+def test_sparse_one_to_one_rejects_bad_candidates():
+    with pytest.raises(ValueError, match="same target twice"):
+        sparse_one_to_one(cands([[0.5, 0.4]], [[1, 1]]), 2)
+    with pytest.raises(ValueError, match=r"lie in \[0, 2\)"):
+        sparse_one_to_one(cands([[0.5]], [[2]]), 2)
+
+
+@pytest.mark.parametrize("shape", [(6, 6), (4, 7), (7, 4)])
+def test_sinkhorn_dense_rows_sum_to_one(shape):
+    p = sinkhorn_dense(torch.randn(shape, generator=torch.Generator().manual_seed(3)),
+                       tau=0.5, iters=200)
+    assert torch.allclose(p.sum(dim=1), torch.ones(shape[0]), atol=1e-5)
+    if shape[0] <= shape[1]:
+        assert (p.sum(dim=0) <= 1 + 1e-3).all()
+
+
+def test_sinkhorn_dense_is_doubly_stochastic_when_square():
+    p = sinkhorn_dense(torch.randn(5, 5, generator=torch.Generator().manual_seed(4)),
+                       tau=1.0, iters=500)
+    assert torch.allclose(p.sum(dim=0), torch.ones(5), atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(6, 6), (4, 7), (7, 4)])
+def test_sinkhorn_sparse_equals_dense_when_every_target_is_listed(shape):
+    dense = torch.randn(shape, generator=torch.Generator().manual_seed(5))
+    out = sinkhorn_sparse(full_candidates(dense), shape[1], tau=0.3, iters=20)
+    expected = sinkhorn_dense(dense, tau=0.3, iters=20).gather(1, out.index)
+    assert torch.allclose(out.scores.exp(), expected, atol=1e-5)
+    assert (out.scores[:, :-1] >= out.scores[:, 1:]).all()
+
+
+def test_sinkhorn_sparse_keeps_padding_and_normalises_rows():
+    c = cands([[2.0, 1.0, -INF], [-INF, -INF, -INF], [0.5, 0.2, 0.1]],
+              [[0, 2, -1], [-1, -1, -1], [1, 0, 2]])
+    out = sinkhorn_sparse(c, 3, tau=0.5, iters=10)
+    assert out.index[0, 2] == -1 and out.scores[0, 2] == -INF
+    assert (out.index[1] == -1).all() and (out.scores[1] == -INF).all()
+    assert torch.allclose(out.scores[[0, 2]].exp().sum(dim=1), torch.ones(2), atol=1e-5)
+
+
+def test_one_to_one_dispatches_methods():
+    dense = torch.rand(8, 8, generator=torch.Generator().manual_seed(6))
+    c = full_candidates(dense)
+    expected = hungarian(dense)
+    assert torch.equal(one_to_one(c, 8, dense_scores=dense), expected)
+    assert torch.equal(one_to_one(c, 8, dense_scores=dense, method="hungarian"), expected)
+    assert torch.equal(one_to_one(c, 8), expected)
+    sinkhorn = one_to_one(c, 8, method="sinkhorn")
+    assert_one_to_one(sinkhorn)
+    assert (sinkhorn >= 0).all()
+
+
+def test_one_to_one_rejects_bad_arguments():
+    c = cands([[1.0]], [[0]])
+    with pytest.raises(ValueError, match="choose one of.*sinkhorn"):
+        one_to_one(c, 1, method="greedy")
+    with pytest.raises(ValueError, match="needs dense_scores"):
+        one_to_one(c, 1, method="hungarian")
+    with pytest.raises(ValueError, match=r"expected \(1, 1\)"):
+        one_to_one(c, 1, dense_scores=torch.zeros(2, 1))

@@ -1,0 +1,203 @@
+"""Stage 6a, assign: decode a matching from similarity scores.
+
+Every decoder reads the sparse top-k :class:`~tfgm_dist.search.Candidates` (or, for the
+Hungarian method on small graphs, a dense score matrix) and returns ``[n_s]`` int64 target
+numbers, ``-1`` where a source gets no target.
+
+Ties: nothing here breaks ties on node numbers. Equal scores are resolved by the position in
+the candidate list (``argmax``, ``mutual``) or by the solver's own order (scipy), so the
+pipeline's seeded shuffle of the target numbering is what keeps ties from favouring equal ids.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from scipy.optimize import linear_sum_assignment
+from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+from .search import Candidates
+
+ONE_TO_ONE_METHODS = ("auto", "hungarian", "sparse", "sinkhorn")
+
+
+def argmax(c: Candidates) -> torch.Tensor:
+    """The best candidate of each source: ``[n]`` int64, ``-1`` for an empty row.
+
+    ``best_i = index[i, argmax_j scores[i, j]]``; among equal scores the first in the list.
+    """
+    if c.k == 0:
+        return torch.full((c.index.size(0),), -1, dtype=torch.long)
+    return c.index.gather(1, c.scores.argmax(dim=1, keepdim=True)).squeeze(1)
+
+
+def mutual(c: Candidates, reverse: Candidates) -> torch.Tensor:
+    """Mutual nearest neighbours: ``[n]`` int64, ``t = best(s)`` when ``best(t) = s``, else ``-1``.
+
+    ``c`` holds the source->target lists (``[n_s, k]``), ``reverse`` the target->source lists
+    (``[n_t, k']``, index = source numbers).
+    """
+    best, back = argmax(c), argmax(reverse)
+    n_s, n_t = best.numel(), back.numel()
+    if n_s and int(best.max()) >= n_t:
+        raise ValueError(f"c names target {int(best.max())} but reverse has only {n_t} rows")
+    if n_t and int(back.max()) >= n_s:
+        raise ValueError(f"reverse names source {int(back.max())} but c has only {n_s} rows")
+    ok = (best >= 0) & (back[best.clamp(min=0)] == torch.arange(n_s))
+    return torch.where(ok, best, -1)
+
+
+def hungarian(scores: torch.Tensor, *, max_bytes: int = 2 << 30) -> torch.Tensor:
+    """Maximum-score one-to-one matching of a dense ``[n_s, n_t]`` matrix: ``[n_s]`` int64.
+
+    Solves ``max_P sum_ij P_ij scores_ij`` over partial permutations matching
+    ``min(n_s, n_t)`` pairs (``scipy.optimize.linear_sum_assignment``); with more sources
+    than targets the left-over sources get ``-1``. Every pair is an allowed edge. Refuses
+    when the float64 cost matrix (``n_s * n_t * 8`` bytes) exceeds ``max_bytes``.
+    """
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be a [n_s, n_t] matrix, got shape {tuple(scores.shape)}")
+    n_s, n_t = scores.shape
+    need = n_s * n_t * 8
+    if need > max_bytes:
+        raise ValueError(f"hungarian: a dense {n_s}x{n_t} cost matrix needs {need / 2**30:.1f} "
+                         f"GiB > max_bytes {max_bytes / 2**30:.1f} GiB; use the sparse solver "
+                         f"on the top-k candidates instead (one_to_one(..., method=\"sparse\"), "
+                         f"--assign one-to-one)")
+    rows, cols = linear_sum_assignment(scores.double().numpy(), maximize=True)
+    out = torch.full((n_s,), -1, dtype=torch.long)
+    out[torch.from_numpy(rows)] = torch.from_numpy(cols).long()
+    return out
+
+
+def sinkhorn_dense(scores: torch.Tensor, tau: float = 0.05, iters: int = 50) -> torch.Tensor:
+    """Sinkhorn normalisation of ``exp(scores / tau)``: ``[n_s, n_t]`` probabilities.
+
+    Log domain. Starting from the row-normalised ``log P = log_softmax(scores / tau)``, each
+    of ``iters`` rounds scales every column whose sum exceeds 1 down to 1 (KL projection onto
+    ``{sum_i P_ij <= 1}``), then rescales every row to sum 1. The result's rows sum to 1
+    exactly; its column sums are ``<= 1`` up to convergence (they cannot all be when
+    ``n_s > n_t``). For ``n_s = n_t`` this is the usual doubly stochastic Sinkhorn.
+    """
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be a [n_s, n_t] matrix, got shape {tuple(scores.shape)}")
+    _check_sinkhorn(tau, iters)
+    log_p = _normalise_rows(scores / tau)
+    for _ in range(iters):
+        log_p = _normalise_rows(log_p - torch.logsumexp(log_p, dim=0).clamp(min=0))
+    return log_p.exp()
+
+
+def sinkhorn_sparse(c: Candidates, num_targets: int, tau: float = 0.05,
+                    iters: int = 50) -> Candidates:
+    """:func:`sinkhorn_dense` restricted to the candidate entries: log-probabilities.
+
+    Entries outside the lists count as probability 0, so column sums run over the sources
+    listing that target (``index_add`` over target numbers); ``n_s x n_t`` is never formed.
+    Returns the candidates re-sorted by ``log P_ij`` (padding stays ``-1`` / ``-inf``), so
+    ``exp`` of each row sums to 1. With every target listed (``k = n_t``) this equals the dense
+    result. The column step needs no max-shift: after a row step every ``log P <= 0``, and a
+    column whose ``exp`` sum underflows has true sum ``< 1`` and is left alone anyway.
+    """
+    _check_targets(c, num_targets)
+    _check_sinkhorn(tau, iters)
+    valid = c.index >= 0
+    cols = c.index.masked_fill(~valid, num_targets)  # padding lands in a discarded bin
+    log_p = _normalise_rows((c.scores / tau).masked_fill(~valid, -torch.inf))
+    for _ in range(iters):
+        col_sum = torch.zeros(num_targets + 1, dtype=log_p.dtype).index_add_(
+            0, cols.flatten(), log_p.exp().flatten())
+        log_p = _normalise_rows(log_p - col_sum.log().clamp(min=0)[cols])
+    return Candidates.sorted(log_p, c.index)
+
+
+def sparse_one_to_one(c: Candidates, num_targets: int) -> torch.Tensor:
+    """One-to-one matching over the candidate edges only: ``[n_s]`` int64, ``-1`` = unmatched.
+
+    Solved by ``scipy.sparse.csgraph.min_weight_full_bipartite_matching`` (LAPJVsp) on the
+    rectangular graph
+
+        rows    = sources,
+        columns = the targets named by some list + one private dummy column per source,
+
+        cost_ij = 1 + (max(score) - score_ij) / span  in [1, 2],   cost(i, dummy_i) = D,
+
+    with ``D = 2 min(n_s, n_t) + 2``, which always has a full matching of the rows. A path
+    that moves a source off its dummy saves ``D`` and adds less than ``D``, so the optimum
+    has maximum cardinality, and then minimum cost = maximum total score (it equals
+    :func:`hungarian` when every pair is a candidate). Sources left on their dummy get
+    ``-1``. Candidates with score ``-inf`` are not edges.
+    """
+    _check_targets(c, num_targets)
+    edge = (c.index >= 0) & (c.scores != -torch.inf)
+    if torch.isnan(c.scores[edge]).any():
+        raise ValueError("candidate scores must not be NaN")
+    _check_no_repeats(c.index, edge)
+    n_s = c.index.size(0)
+    src = torch.arange(n_s)[:, None].expand_as(c.index)[edge].numpy()
+    used, col = np.unique(c.index[edge].numpy(), return_inverse=True)
+    cost = _costs(c.scores[edge].double().numpy())
+    dummy = 2.0 * min(n_s, used.size) + 2.0
+    graph = sp.csr_array(
+        (np.concatenate([cost, np.full(n_s, dummy)]),
+         (np.concatenate([src, np.arange(n_s)]), np.concatenate([col, used.size + np.arange(n_s)]))),
+        shape=(n_s, used.size + n_s))
+    _, matched = min_weight_full_bipartite_matching(graph)
+    return torch.from_numpy(np.where(matched < used.size, used[np.minimum(matched, used.size - 1)],
+                                     -1)).long() if used.size else torch.full((n_s,), -1)
+
+
+def one_to_one(c: Candidates, num_targets: int, *, dense_scores: torch.Tensor | None = None,
+               method: str = "auto") -> torch.Tensor:
+    """One-to-one decoding: ``[n_s]`` int64 target per source, ``-1`` = unmatched.
+
+    ``hungarian`` solves ``dense_scores`` (``[n_s, num_targets]``) exactly; ``sparse`` runs
+    :func:`sparse_one_to_one` on the candidates; ``sinkhorn`` runs it on the
+    :func:`sinkhorn_sparse` log-probabilities; ``auto`` is ``hungarian`` when
+    ``dense_scores`` is given, else ``sparse``.
+    """
+    if method not in ONE_TO_ONE_METHODS:
+        raise ValueError(f"unknown one-to-one method {method!r}; choose one of "
+                         f"{ONE_TO_ONE_METHODS}")
+    if method == "hungarian" or (method == "auto" and dense_scores is not None):
+        if dense_scores is None:
+            raise ValueError("method 'hungarian' needs dense_scores")
+        if tuple(dense_scores.shape) != (c.index.size(0), num_targets):
+            raise ValueError(f"dense_scores has shape {tuple(dense_scores.shape)}, expected "
+                             f"{(c.index.size(0), num_targets)}")
+        return hungarian(dense_scores)
+    if method == "sinkhorn":
+        c = sinkhorn_sparse(c, num_targets)
+    return sparse_one_to_one(c, num_targets)
+
+
+def _normalise_rows(log_p: torch.Tensor) -> torch.Tensor:
+    """``log_p`` minus its row logsumexp; an all ``-inf`` row stays ``-inf``."""
+    lse = torch.logsumexp(log_p, dim=1, keepdim=True)
+    return log_p - lse.masked_fill(lse == -torch.inf, 0.0)
+
+
+def _costs(score: np.ndarray) -> np.ndarray:
+    """``1 + (max - score) / span``, in ``[1, 2]``."""
+    if score.size == 0:
+        return score
+    span = float(np.ptp(score)) or 1.0
+    return 1.0 + (score.max() - score) / span
+
+
+def _check_sinkhorn(tau: float, iters: int) -> None:
+    if not tau > 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    if iters < 0:
+        raise ValueError(f"iters must be >= 0, got {iters}")
+
+
+def _check_targets(c: Candidates, num_targets: int) -> None:
+    if c.index.numel() and (int(c.index.min()) < -1 or int(c.index.max()) >= num_targets):
+        raise ValueError(f"candidate targets must lie in [0, {num_targets}) or be -1 padding")
+
+
+def _check_no_repeats(index: torch.Tensor, edge: torch.Tensor) -> None:
+    ordered = index.masked_fill(~edge, -1).sort(dim=1).values
+    if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any():
+        raise ValueError("a candidate list names the same target twice")

@@ -1,0 +1,68 @@
+"""Evaluation against gold pairs ``(gold_src[g], gold_tgt[g])`` of node numbers.
+
+Every gold pair counts once (a source with several gold targets is evaluated once per
+pair). Vectorised over the pairs: no Python loop over rows.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .search import Candidates
+
+
+def ranking_metrics(c: Candidates, gold_src: np.ndarray, gold_tgt: np.ndarray,
+                    ks: Sequence[int] = (1, 10)) -> dict:
+    """Hits@k (percent, 0-100) and MRR (0-1) of the gold targets in the candidate lists.
+
+    The rank of gold pair ``(s, t)`` is pessimistic on ties:
+    ``rank = 1 + #{j : score_sj > score_st} + #{other j : score_sj = score_st}``, i.e. the
+    number of listed candidates scoring at least as high as the gold, so equal scores never
+    earn credit. A gold target missing from the list has rank infinity (a miss, ``1/rank = 0``).
+    The lists hold the top ``K = c.k`` only, so MRR is MRR@K and Hits@k for ``k > K`` equals
+    Hits@K.
+
+    Returns ``{"hits@k": ... for k in ks, "mrr": float, "evaluated": number of gold pairs}``.
+    """
+    if any(k < 1 for k in ks):
+        raise ValueError(f"every k in ks must be >= 1, got {tuple(ks)}")
+    src, tgt = _gold(gold_src, gold_tgt, c.index.size(0))
+    scores, index = c.scores[src], c.index[src]
+    hit = index == tgt[:, None]
+    gold_score = scores.masked_fill(~hit, -torch.inf).max(dim=1, keepdim=True).values
+    at_least = ((scores >= gold_score) & (index >= 0)).sum(dim=1).double()
+    rank = torch.where(hit.any(dim=1), at_least, torch.inf)
+    out = {f"hits@{k}": 100.0 * (rank <= k).double().mean().item() for k in ks}
+    out["mrr"] = rank.reciprocal().mean().item()
+    out["evaluated"] = src.numel()
+    return out
+
+
+def accuracy(assigned: torch.Tensor, gold_src: np.ndarray, gold_tgt: np.ndarray) -> float:
+    """Percent (0-100) of gold pairs ``(s, t)`` with ``assigned[s] == t``.
+
+    ``assigned`` is ``[n_s]`` target numbers, ``-1`` for unmatched sources (always wrong).
+    """
+    if assigned.dim() != 1:
+        raise ValueError(f"assigned must be a [n_s] vector, got shape {tuple(assigned.shape)}")
+    src, tgt = _gold(gold_src, gold_tgt, assigned.numel())
+    return 100.0 * (assigned[src] == tgt).double().mean().item()
+
+
+def _gold(gold_src: np.ndarray, gold_tgt: np.ndarray,
+          num_sources: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gold pairs as int64 tensors, checked: equal 1-D lengths, non-empty, in range."""
+    src = torch.from_numpy(np.asarray(gold_src, dtype=np.int64))
+    tgt = torch.from_numpy(np.asarray(gold_tgt, dtype=np.int64))
+    if src.dim() != 1 or src.shape != tgt.shape:
+        raise ValueError(f"gold_src {tuple(src.shape)} and gold_tgt {tuple(tgt.shape)} must "
+                         f"be equal-length vectors")
+    if src.numel() == 0:
+        raise ValueError("no gold pairs to evaluate")
+    if int(src.min()) < 0 or int(src.max()) >= num_sources:
+        raise ValueError(f"gold sources must lie in [0, {num_sources})")
+    if int(tgt.min()) < 0:
+        raise ValueError("gold targets must be >= 0")
+    return src, tgt
