@@ -1,0 +1,163 @@
+"""Stage 2, features: shared n-gram, degree and projection spaces, seed swap, validation."""
+import math
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tfgm_dist.features import (char_ngrams, degree_onehot, degree_sinusoidal, degrees,
+                                random_projection, seed_swap, validate)
+from tfgm_dist.graph import Graph, InputError
+
+
+def graph(ids, edges=((), ())) -> Graph:
+    return Graph(pa.array(ids), torch.tensor(edges, dtype=torch.long).view(2, -1),
+                 source="g.tsv")
+
+
+def cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    return F.cosine_similarity(a, b, dim=0).item()
+
+
+def test_char_ngrams_is_deterministic_across_calls():
+    names = [["Berlin", "Paris", "Ab"], ["paris", "Rome"]]
+    a, b = char_ngrams(names), char_ngrams(names)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert a[0].shape == (3, 2048) and a[1].shape == (2, 2048)
+
+
+def test_char_ngrams_hand_computed_buckets_and_idf():
+    """"ab" -> grams " a", "ab", "b " in buckets crc32(gram) % dim, weighted by
+    idf = log((1 + N) / (1 + df)) + 1 over the N = 3 names of both graphs."""
+    dim = 2048
+    x_s, x_t = char_ngrams([["ab"], ["AB", "cd"]], n=2, dim=dim)
+    b = {g: zlib.crc32(g.encode()) % dim for g in (" a", "ab", "b ", " c", "cd", "d ")}
+    assert len(set(b.values())) == 6  # no collision in this example
+    idf_shared = math.log(4 / 3) + 1  # df = 2 ("ab" and "AB")
+    idf_single = math.log(4 / 2) + 1  # df = 1 ("cd")
+    expected_s = torch.zeros(1, dim)
+    expected_s[0, [b[" a"], b["ab"], b["b "]]] = idf_shared
+    expected_t = torch.zeros(2, dim)
+    expected_t[0, [b[" a"], b["ab"], b["b "]]] = idf_shared
+    expected_t[1, [b[" c"], b["cd"], b["d "]]] = idf_single
+    torch.testing.assert_close(x_s, expected_s)
+    torch.testing.assert_close(x_t, expected_t)
+
+
+def test_char_ngrams_counts_repeated_grams():
+    (x,) = char_ngrams([["aaa"]], n=2, dim=64)
+    # " a", "aa", "aa", "a ": the "aa" bucket holds 2 x idf, idf = log(2/2) + 1 = 1
+    assert x[0, zlib.crc32(b"aa") % 64].item() == pytest.approx(2.0)
+    assert x.sum().item() == pytest.approx(4.0)
+
+
+def test_char_ngrams_same_name_in_both_graphs_has_cosine_one():
+    x_s, x_t = char_ngrams([["Berlin", "Paris"], ["Rome", "PARIS", "berlin"]])
+    assert cos(x_s[0], x_t[2]) == pytest.approx(1.0, abs=1e-6)
+    assert cos(x_s[1], x_t[1]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_char_ngrams_different_names_differ():
+    x_s, x_t = char_ngrams([["Berlin", "Paris"], ["Rome", "Parma"]])
+    assert cos(x_s[0], x_t[0]) < 0.5
+    assert cos(x_s[1], x_t[0]) < 0.5
+    assert 0.0 < cos(x_s[1], x_t[1]) < 0.9  # shares " p", "pa", "ar"
+
+
+def test_char_ngrams_rejects_bad_sizes():
+    with pytest.raises(ValueError):
+        char_ngrams([["a"]], n=0)
+    with pytest.raises(ValueError):
+        char_ngrams([["a"]], dim=0)
+
+
+def test_degrees_count_each_neighbour_once_and_skip_self_loops():
+    # 0-1 given twice and reversed, 1-2, a self-loop on 2; node 3 isolated
+    g = graph([10, 11, 12, 13], [[0, 1, 1, 1, 2], [1, 0, 0, 2, 2]])
+    assert degrees(g).tolist() == [1.0, 2.0, 1.0, 0.0]
+
+
+def test_degree_sinusoidal_matches_formula_at_entries():
+    dim = 8
+    deg = torch.tensor([0.0, 3.0, 7.0])
+    x = degree_sinusoidal(deg, dim)
+    assert x.shape == (3, dim)
+    for r, dv in enumerate(deg.tolist()):
+        for i in range(dim // 2):
+            angle = dv / 10000 ** (2 * i / dim)
+            assert x[r, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert x[r, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    # degree 0 -> sin 0 = 0, cos 0 = 1
+    assert x[0].tolist() == [0.0, 1.0] * 4
+
+
+def test_degree_sinusoidal_rejects_odd_width():
+    with pytest.raises(ValueError, match="even"):
+        degree_sinusoidal(torch.tensor([1.0]), 7)
+
+
+def test_degree_onehot_shares_the_vocabulary_of_both_graphs():
+    x_s, x_t = degree_onehot([torch.tensor([1.0, 3.0]), torch.tensor([2.0, 3.0, 5.0])])
+    # vocabulary [1, 2, 3, 5] for both
+    assert x_s.tolist() == [[1, 0, 0, 0], [0, 0, 1, 0]]
+    assert x_t.tolist() == [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+
+
+def test_seed_swap_swaps_exactly_the_seed_rows():
+    x_s = torch.arange(12.0).view(4, 3)
+    x_t = -torch.arange(15.0).view(5, 3) - 1
+    s0, t0 = x_s.clone(), x_t.clone()
+    hat_s, hat_t = seed_swap(x_s, x_t, torch.tensor([0, 2]), torch.tensor([4, 1]))
+    assert torch.equal(hat_s[0], x_t[4]) and torch.equal(hat_s[2], x_t[1])
+    assert torch.equal(hat_t[4], x_s[0]) and torch.equal(hat_t[1], x_s[2])
+    assert torch.equal(hat_s[[1, 3]], x_s[[1, 3]])
+    assert torch.equal(hat_t[[0, 2, 3]], x_t[[0, 2, 3]])
+    assert torch.equal(x_s, s0) and torch.equal(x_t, t0)  # inputs untouched
+
+
+def test_random_projection_approximately_preserves_inner_products():
+    gen = torch.Generator().manual_seed(0)
+    a = F.normalize(torch.randn(40, 300, generator=gen), dim=1)
+    b = F.normalize(torch.randn(30, 300, generator=gen), dim=1)
+    b[:10] = F.normalize(a[:10] + 0.3 * b[:10], dim=1)  # some strongly similar pairs
+    pa_, pb = random_projection([a, b], dim=2048, seed=3)
+    assert pa_.shape == (40, 2048) and pb.shape == (30, 2048)
+    err = (pa_ @ pb.T - a @ b.T).abs()
+    assert err.mean().item() < 0.03
+    assert err.max().item() < 0.15
+
+
+def test_random_projection_uses_one_matrix_for_both_inputs_and_is_seeded():
+    gen = torch.Generator().manual_seed(1)
+    d = 16
+    y = torch.randn(5, d, generator=gen)
+    w, py = random_projection([torch.eye(d), y], dim=8, seed=7)  # projecting I recovers W
+    torch.testing.assert_close(py, y @ w)
+    same = random_projection([y, y], dim=8, seed=7)
+    assert torch.equal(same[0], same[1])
+    torch.testing.assert_close(same[0], py)
+    other = random_projection([y, y], dim=8, seed=8)
+    assert not torch.allclose(other[0], py)
+
+
+def test_validate_accepts_finite_nonzero_rows():
+    validate(torch.tensor([[1.0, 0.0], [0.0, -2.0]]), graph(["a", "b"]))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_validate_names_node_with_non_finite_feature(bad):
+    x = torch.ones(3, 2)
+    x[1, 1] = bad
+    with pytest.raises(InputError, match=r"g\.tsv: node 'beta' has a NaN or infinite"):
+        validate(x, graph(["alpha", "beta", "gamma"]))
+
+
+def test_validate_names_first_node_with_all_zero_row():
+    x = torch.ones(4, 2)
+    x[2] = 0.0
+    x[3] = 0.0
+    with pytest.raises(InputError, match=r"node 30 has an all-zero feature row \(2 such rows\)"):
+        validate(x, graph(np.array([10, 20, 30, 40])))

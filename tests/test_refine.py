@@ -1,0 +1,173 @@
+"""Stage 5, refine: training-free consensus on sparse candidates, and the two-way merge."""
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from tfgm_dist.embed import EmbedConfig, RowBlock, embed, graph_operator, whole
+from tfgm_dist.features import degree_sinusoidal, degrees
+from tfgm_dist.graph import Graph
+from tfgm_dist.refine import merge, refine
+from tfgm_dist.search import Candidates, top_k
+
+INF = float("inf")
+PSI = EmbedConfig(layers=1)
+LAYERS = 3
+SCALE = LAYERS + 1  # unit blocks of the TFGM embedding
+
+
+@dataclass
+class Pair:
+    block_s: RowBlock
+    block_t: RowBlock
+    forward: Candidates  # source -> target top-10
+    backward: Candidates  # target -> source top-10
+    truth: torch.Tensor  # truth[i] = target number of source i
+
+
+@pytest.fixture(scope="module")
+def pair() -> Pair:
+    """A 200-node random graph (mean degree ~6) and a randomly renumbered copy of it,
+    degree-sinusoidal features, 3 weight-free layers, flat top-10 both ways."""
+    n = 200
+    gen = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, n, (2, 600), generator=gen)
+    g_s = Graph(pa.array(np.arange(n)), ei[:, ei[0] != ei[1]])
+    perm = torch.randperm(n, generator=gen)
+    g_t = g_s.permuted(perm)  # target node i is source node perm[i]
+    truth = torch.empty_like(perm)
+    truth[perm] = torch.arange(n)
+    cfg = EmbedConfig(layers=LAYERS)
+    blocks = [whole(graph_operator(g.edge_index, n)) for g in (g_s, g_t)]
+    o_s, o_t = (embed(degree_sinusoidal(degrees(g), 64), b, cfg)
+                for g, b in zip((g_s, g_t), blocks))
+    fwd = top_k(o_s.numpy(), o_t.numpy(), 10)
+    bwd = top_k(o_t.numpy(), o_s.numpy(), 10)
+    return Pair(blocks[0], blocks[1], fwd, bwd, truth)
+
+
+def run(c: Candidates, pair: Pair, seed: int = 0, steps: int = 10, dim: int = 128,
+        backward: bool = False, **kwargs) -> Candidates:
+    bs, bt = (pair.block_t, pair.block_s) if backward else (pair.block_s, pair.block_t)
+    return refine(c, bs, bt, steps=steps, dim=dim, psi=PSI, scale=SCALE, seed=seed, **kwargs)
+
+
+def accuracy(c: Candidates, truth: torch.Tensor) -> float:
+    return (c.index[:, 0] == truth).float().mean().item()
+
+
+def test_same_seed_gives_identical_output(pair):
+    a, b = run(pair.forward, pair, seed=3), run(pair.forward, pair, seed=3)
+    assert torch.equal(a.index, b.index)
+    assert torch.equal(a.scores, b.scores)
+
+
+def test_different_seeds_give_different_scores(pair):
+    a, b = run(pair.forward, pair, seed=3), run(pair.forward, pair, seed=4)
+    assert not torch.allclose(a.scores, b.scores)
+
+
+def test_rows_are_probability_distributions_over_their_candidates(pair):
+    c = pair.forward
+    index, scores = c.index.clone(), c.scores.clone()
+    index[5], scores[5] = -1, -INF  # an empty row
+    index[6, 4:], scores[6, 4:] = -1, -INF  # a row with 4 candidates
+    out = run(Candidates(scores, index), pair)
+    valid = out.index >= 0
+    sums = out.scores.masked_fill(~valid, 0.0).sum(1)
+    nonempty = torch.ones(200, dtype=torch.bool)
+    nonempty[5] = False
+    torch.testing.assert_close(sums[nonempty], torch.ones(199))
+    assert (out.scores[valid] >= 0).all() and (out.scores[valid] <= 1).all()
+    assert (out.index[5] == -1).all()
+    assert valid[6].sum() == 4
+    # each row keeps exactly its candidate set, re-sorted by probability
+    for i in (0, 6, 42):
+        assert set(out.index[i][valid[i]].tolist()) == set(index[i][index[i] >= 0].tolist())
+        s = out.scores[i][valid[i]]
+        assert (s[:-1] >= s[1:]).all()
+
+
+def test_padding_of_refined_rows_is_minus_one_with_minus_inf(pair):
+    c = pair.forward
+    index, scores = c.index.clone(), c.scores.clone()
+    index[7, 3:], scores[7, 3:] = -1, -INF
+    out = run(Candidates(scores, index), pair)
+    assert (out.index[7, 3:] == -1).all() and (out.scores[7, 3:] == -INF).all()
+
+
+def test_fixed_pairs_are_pinned_to_their_target_with_probability_one(pair):
+    sources = torch.tensor([3, 50, 199])
+    targets = torch.tensor([0, 123, 7])  # arbitrary, need not be among the candidates
+    out = run(pair.forward, pair, fixed=(sources, targets))
+    assert out.index[sources, 0].tolist() == targets.tolist()
+    assert out.scores[sources, 0].tolist() == [1.0, 1.0, 1.0]
+    assert (out.index[sources, 1:] == -1).all()
+    free = run(pair.forward, pair)  # the other rows are still distributions
+    assert not torch.equal(out.index[sources], free.index[sources])
+
+
+def test_refinement_does_not_lower_argmax_accuracy_on_a_permuted_copy(pair):
+    before = accuracy(pair.forward, pair.truth)
+    fwd = run(pair.forward, pair, dim=256)
+    bwd = run(pair.backward, pair, dim=256, backward=True)
+    assert accuracy(fwd, pair.truth) >= before
+    assert accuracy(merge(fwd, bwd, 10), pair.truth) >= before
+
+
+def test_refinement_repairs_perturbed_initial_scores(pair):
+    """Consensus must carry real structure: with the initial scores blurred by noise
+    (argmax mostly wrong), refinement recovers the permutation from the neighbourhoods."""
+    gen = torch.Generator().manual_seed(1)
+    noisy = Candidates.sorted(pair.forward.scores
+                              + 0.03 * torch.randn(pair.forward.scores.shape, generator=gen),
+                              pair.forward.index)
+    before = accuracy(noisy, pair.truth)
+    after = accuracy(run(noisy, pair, dim=256), pair.truth)
+    assert before < 0.5
+    assert after >= 0.9, (before, after)
+
+
+def test_refine_rejects_candidates_of_the_wrong_height(pair):
+    with pytest.raises(ValueError, match="rows"):
+        run(pair.forward.take_rows(torch.arange(10)), pair)
+
+
+def test_merge_sums_both_directions_on_hand_example():
+    fwd = Candidates(torch.tensor([[0.6, 0.4], [1.0, -INF]]), torch.tensor([[0, 1], [1, -1]]))
+    # backward rows are targets 0, 1, 2 listing sources
+    bwd = Candidates(torch.tensor([[0.5, 0.5], [1.0, -INF], [1.0, -INF]]),
+                     torch.tensor([[0, 1], [1, -1], [0, -1]]))
+    m = merge(fwd, bwd, 3)
+    # source 0: t0 = .6 + .5, t2 = 1.0 (backward only), t1 = .4 (forward only)
+    # source 1: t1 = 1.0 + 1.0, t0 = .5 (backward only)
+    assert m.index.tolist() == [[0, 2, 1], [1, 0, -1]]
+    torch.testing.assert_close(m.scores, torch.tensor([[1.1, 1.0, 0.4], [2.0, 0.5, -INF]]))
+
+
+def test_merge_of_refined_directions_holds_entries_of_both(pair):
+    fwd = run(pair.forward, pair)
+    bwd = run(pair.backward, pair, backward=True)
+    m = merge(fwd, bwd, 200)  # wide enough to keep the whole union
+    got = {(i, j): s for i, (row, sc) in enumerate(zip(m.index.tolist(), m.scores.tolist()))
+           for j, s in zip(row, sc) if j >= 0}
+    expected: dict[tuple[int, int], float] = {}
+    for i, (row, sc) in enumerate(zip(fwd.index.tolist(), fwd.scores.tolist())):
+        for j, s in zip(row, sc):
+            if j >= 0:
+                expected[i, j] = expected.get((i, j), 0.0) + s
+    only_backward = 0
+    for j, (row, sc) in enumerate(zip(bwd.index.tolist(), bwd.scores.tolist())):
+        for i, s in zip(row, sc):
+            if i >= 0:
+                only_backward += (i, j) not in expected
+                expected[i, j] = expected.get((i, j), 0.0) + s
+    assert only_backward > 0  # the example exercises backward-only entries
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=1e-5)
+    narrow = merge(fwd, bwd, 10)
+    assert narrow.k == 10
+    assert torch.equal(narrow.index, m.index[:, :10])

@@ -1,0 +1,134 @@
+"""Stage 4, search: FAISS top-k against brute force, candidate restriction, padding, COO top-k."""
+import numpy as np
+import pytest
+import torch
+
+from tfgm_dist.search import Candidates, build_index, candidates_from_coo, search, top_k
+
+INF = float("inf")
+
+
+def random_points(n: int, d: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def brute_force(x_s: np.ndarray, x_t: np.ndarray, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    scores, index = torch.topk(torch.from_numpy(x_s) @ torch.from_numpy(x_t).T, k, dim=1)
+    return scores, index
+
+
+def test_flat_top_k_equals_brute_force_topk():
+    x_s, x_t = random_points(120, 16, 0), random_points(300, 16, 1)
+    c = top_k(x_s, x_t, 10, kind="flat")
+    scores, index = brute_force(x_s, x_t, 10)
+    assert c.index.dtype == torch.int64 and c.scores.dtype == torch.float32
+    assert torch.equal(c.index, index)
+    torch.testing.assert_close(c.scores, scores, atol=1e-5, rtol=0)
+    assert c.k == 10
+
+
+def test_search_streams_blocks_without_changing_the_result():
+    x_s, x_t = random_points(50, 8, 2), random_points(80, 8, 3)
+    index = build_index(x_t, "flat")
+    one = search(index, x_s, 5)
+    blocked = search(index, x_s, 5, block=7)
+    assert torch.equal(one.index, blocked.index) and torch.equal(one.scores, blocked.scores)
+
+
+def test_candidates_restrict_the_search_and_map_ids_back():
+    x_s, x_t = random_points(60, 16, 4), random_points(200, 16, 5)
+    cand = np.sort(np.random.default_rng(6).choice(200, size=40, replace=False))
+    c = top_k(x_s, x_t, 5, candidates=cand)
+    sub_scores, sub_index = brute_force(x_s, x_t[cand], 5)
+    assert torch.equal(c.index, torch.from_numpy(cand)[sub_index])
+    torch.testing.assert_close(c.scores, sub_scores, atol=1e-5, rtol=0)
+    assert np.isin(c.index.numpy(), cand).all()
+
+
+def test_unsorted_candidates_map_back_to_target_numbers():
+    x_s, x_t = random_points(10, 8, 7), random_points(30, 8, 8)
+    cand = np.array([17, 3, 29, 8])
+    c = top_k(x_s, x_t, 4, candidates=cand)
+    dense = x_s @ x_t.T
+    for i in range(10):
+        expected = cand[np.argsort(-dense[i, cand], kind="stable")]
+        assert c.index[i].tolist() == expected.tolist()
+
+
+def test_rows_with_fewer_than_k_targets_are_padded():
+    x_s, x_t = random_points(4, 8, 9), random_points(3, 8, 10)
+    c = top_k(x_s, x_t, 5)
+    assert c.index.shape == (4, 5)
+    assert (c.index[:, 3:] == -1).all() and (c.scores[:, 3:] == -INF).all()
+    assert sorted(c.index[0, :3].tolist()) == [0, 1, 2]
+    assert torch.isfinite(c.scores[:, :3]).all()
+
+    r = top_k(x_s, random_points(50, 8, 11), 4, candidates=np.array([7, 42]))
+    assert (r.index[:, 2:] == -1).all() and (r.scores[:, 2:] == -INF).all()
+    assert set(r.index[:, :2].flatten().tolist()) == {7, 42}
+
+
+@pytest.mark.parametrize("kind,options", [("ivf", {"nprobe": 96}), ("hnsw", {"ef_search": 256})])
+def test_approximate_indexes_reach_recall_at_10(kind, options):
+    x_t = random_points(2000, 32, 12)
+    x_s = random_points(200, 32, 13)
+    exact = top_k(x_s, x_t, 10, kind="flat")
+    approx = top_k(x_s, x_t, 10, kind=kind, seed=0, **options)
+    hits = sum(len(set(a) & set(e)) for a, e in zip(approx.index.tolist(), exact.index.tolist()))
+    recall = hits / exact.index.numel()
+    assert recall >= 0.9, f"{kind} recall@10 = {recall:.3f}"
+    assert (approx.index >= 0).all()
+
+
+def test_build_index_and_search_reject_bad_arguments():
+    x = random_points(10, 4, 14)
+    with pytest.raises(ValueError, match="unknown index kind"):
+        build_index(x, "lsh")
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        search(build_index(x), x, 0)
+
+
+def test_candidates_from_coo_sums_duplicates_and_keeps_top_k_per_row():
+    rows = torch.tensor([0, 0, 0, 1, 0, 2, 2, 2])
+    cols = torch.tensor([2, 1, 2, 3, 3, 0, 1, 4])
+    vals = torch.tensor([0.5, 0.4, 0.3, 1.0, 0.1, 0.2, 0.9, 0.6])
+    c = candidates_from_coo(rows, cols, vals, num_rows=4, k=2)
+    # row 0: col 2 -> 0.5 + 0.3 = 0.8, col 1 -> 0.4, col 3 -> 0.1 (dropped)
+    # row 1: col 3 -> 1.0 then padding; row 2: 0.9 (col 1), 0.6 (col 4); row 3 empty
+    assert c.index.tolist() == [[2, 1], [3, -1], [1, 4], [-1, -1]]
+    torch.testing.assert_close(c.scores, torch.tensor([[0.8, 0.4], [1.0, -INF], [0.9, 0.6],
+                                                       [-INF, -INF]]))
+
+
+def test_candidates_from_coo_with_no_entries_is_all_padding():
+    empty = torch.tensor([], dtype=torch.long)
+    c = candidates_from_coo(empty, empty, torch.tensor([]), num_rows=2, k=3)
+    assert (c.index == -1).all() and (c.scores == -INF).all() and c.index.shape == (2, 3)
+
+
+def test_candidates_sorted_orders_descending_with_padding_last():
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.5], [0.3, 0.2, 0.7, 0.1]])
+    index = torch.tensor([[4, -1, 7, 2], [1, 2, -1, -1]])
+    c = Candidates.sorted(scores, index)
+    # row 0: the -1 entry (score 0.9) is padding; tie 0.5/0.5 keeps input order (stable)
+    assert c.index.tolist() == [[7, 2, 4, -1], [1, 2, -1, -1]]
+    torch.testing.assert_close(c.scores, torch.tensor([[0.5, 0.5, 0.1, -INF],
+                                                       [0.3, 0.2, -INF, -INF]]))
+
+
+def test_scatter_rows_places_lists_and_leaves_other_rows_empty():
+    c = Candidates(torch.tensor([[0.9, 0.1], [0.8, -INF]]), torch.tensor([[5, 6], [7, -1]]))
+    s = c.scatter_rows(torch.tensor([3, 0]), num_rows=5)
+    assert s.index.tolist() == [[7, -1], [-1, -1], [-1, -1], [5, 6], [-1, -1]]
+    torch.testing.assert_close(s.scores, torch.tensor([[0.8, -INF], [-INF, -INF], [-INF, -INF],
+                                                       [0.9, 0.1], [-INF, -INF]]))
+    back = s.take_rows(torch.tensor([3, 0]))
+    assert torch.equal(back.index, c.index) and torch.equal(back.scores, c.scores)
+
+
+def test_candidates_reject_mismatched_shapes():
+    with pytest.raises(ValueError, match="must be equal"):
+        Candidates(torch.zeros(2, 3), torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="must be equal"):
+        Candidates(torch.zeros(3), torch.zeros(3, dtype=torch.long))

@@ -1,0 +1,180 @@
+"""The run configuration: every knob of every stage, from a TOML or YAML file or the CLI.
+
+Files are parsed (``tomllib``, ``yaml.safe_load``), never executed. Unknown keys, wrong types
+and out-of-range values are rejected with a one-line error naming the file and key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+from .embed import EmbedConfig
+from .graph import InputError
+from .search import INDEX_KINDS
+
+FEATURE_KINDS = ("auto", "given", "names", "degree-onehot", "degree-sinusoidal")
+ASSIGN_METHODS = ("argmax", "mutual", "one-to-one")
+ONE_TO_ONE_SOLVERS = ("auto", "hungarian", "sparse", "sinkhorn")
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    kind: str = "auto"  # auto: given vectors, else names, else degree-sinusoidal
+    ngram: int = 2  # character n-gram size for names
+    ngram_dim: int = 2048  # hashed n-gram width
+    encoder: bool = False  # add all-MiniLM-L6-v2 sentence vectors of the names
+    sinusoidal_dim: int = 512
+    project_dim: int = 0  # seeded random projection of X to this width; 0 keeps X
+
+    def __post_init__(self) -> None:
+        _choice("kind", self.kind, FEATURE_KINDS)
+        _at_least("ngram", self.ngram, 1)
+        _at_least("ngram_dim", self.ngram_dim, 1)
+        _at_least("sinusoidal_dim", self.sinusoidal_dim, 2)
+        _at_least("project_dim", self.project_dim, 0)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    index: str = "flat"
+    k: int = 50  # candidates kept per source for refinement, ranking and assignment
+    nlist: int = 0  # IVF lists; 0 = 4 sqrt(n)
+    nprobe: int = 16
+    hnsw_m: int = 32
+    ef_search: int = 128
+
+    def __post_init__(self) -> None:
+        _choice("index", self.index, INDEX_KINDS)
+        _at_least("k", self.k, 1)
+        _at_least("nlist", self.nlist, 0)
+        _at_least("nprobe", self.nprobe, 1)
+        _at_least("hnsw_m", self.hnsw_m, 2)
+        _at_least("ef_search", self.ef_search, 1)
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    enabled: bool = False
+    steps: int = 10
+    dim: int = 256  # width of the random indicator functions r_s
+    layers: int = 1  # depth of the weight-free psi_2
+    include_input: bool = True  # psi_2 keeps its input block r in the concatenation
+
+    def __post_init__(self) -> None:
+        _at_least("steps", self.steps, 1)
+        _at_least("dim", self.dim, 1)
+        _at_least("layers", self.layers, 1)
+
+
+@dataclass(frozen=True)
+class AssignConfig:
+    method: str = "argmax"
+    one_to_one: str = "auto"  # auto: Hungarian when the dense matrix is small, else sparse
+    dense_max_nodes: int = 5000  # largest side for which the dense Hungarian is used
+
+    def __post_init__(self) -> None:
+        _choice("method", self.method, ASSIGN_METHODS)
+        _choice("one_to_one", self.one_to_one, ONE_TO_ONE_SOLVERS)
+        _at_least("dense_max_nodes", self.dense_max_nodes, 0)
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    top_k: int = 1  # rows written per source
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    refine: RefineConfig = field(default_factory=RefineConfig)
+    assign: AssignConfig = field(default_factory=AssignConfig)
+
+    def __post_init__(self) -> None:
+        _at_least("top_k", self.top_k, 1)
+        if self.top_k > self.search.k:
+            raise ValueError(f"top_k = {self.top_k} exceeds search.k = {self.search.k}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key} = {value!r} is not one of {', '.join(choices)}")
+
+
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise ValueError(f"{key} = {value} is out of range (must be >= {low})")
+
+
+def _build(cls: type, data: dict[str, Any], where: str, prefix: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: section {prefix.rstrip('.') or '<top>'} must be a table")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise InputError(f"{where}: unknown key {prefix}{key} "
+                             f"(known: {', '.join(sorted(names))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value, where, f"{prefix}{key}.")
+        elif hint is bool and not isinstance(value, bool) or \
+                hint is int and (isinstance(value, bool) or not isinstance(value, int)) or \
+                hint is str and not isinstance(value, str) or \
+                hint is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"{where}: {prefix}{key} must be {hint.__name__}, "
+                             f"got {value!r}")
+        else:
+            kwargs[key] = float(value) if hint is float else value
+    try:
+        return cls(**kwargs)
+    except ValueError as e:  # every section validates itself; its messages start with the key
+        raise InputError(f"{where}: {prefix}{e}") from None
+
+
+def from_dict(data: dict[str, Any], where: str = "config") -> Config:
+    """A validated :class:`Config` from nested dicts (missing keys keep their defaults)."""
+    return _build(Config, data, where)
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config; ``None`` gives defaults."""
+    if path is None:
+        return Config()
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read config ({e.strerror})") from None
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise InputError(f"{path}: config must be .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: "
+                         f"{str(e).splitlines()[0]}") from None
+    return from_dict(data, str(path))
+
+
+def with_overrides(cfg: Config, **overrides: Any) -> Config:
+    """``cfg`` with dotted-key overrides, e.g. ``with_overrides(cfg, **{"refine.enabled": True})``."""
+    data = cfg.to_dict()
+    for dotted, value in overrides.items():
+        node = data
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            raise InputError(f"command line: unknown setting {dotted}")
+        node[last] = value
+    return from_dict(data, "command line")

@@ -1,0 +1,199 @@
+"""Stage 3, embed: a weight-free GNN, layer by layer, over row blocks of the graph operator.
+
+For an operator :math:`\\hat{A}` (sum, mean/SAGE or symmetric/GCN) and input features X,
+
+.. math::
+    F^{(0)} = \\mathrm{norm}(X), \\qquad
+    F^{(l)} = \\mathrm{norm}\\big(\\hat{A}\\, \\sigma(F^{(l-1)})\\, W_l + b_l\\big), \\qquad
+    O = [F^{(0)}; F^{(1)}; \\dots; F^{(L)}]
+
+with row-wise L2 normalisation, :math:`W_l = I` (weight-free, principle P3) and
+:math:`b_l = 0` and :math:`\\sigma = \\mathrm{id}` by default, so that :math:`\\langle O_i, O_j \\rangle` is the sum
+of per-layer cosines (principle P1). The ablations of the paper are switches: random
+weights :math:`W_l \\sim \\mathcal{N}(0, 1/d)`, a random bias
+:math:`b_l \\sim \\mathcal{N}(0, \\beta^2/d)` (the paper's reference code adds one to its
+weight-free layers; it is worth several points on featureless graphs), ReLU as :math:`\\sigma`, and BasicTFGM
+(:math:`F^{(l)} \\leftarrow F^{(l)} + F^{(l-1)}`, last layer only).
+
+A layer only needs a node block's rows of :math:`\\hat{A}` and the previous layer's rows of the
+block's 1-hop halo (:class:`RowBlock`), which is what a partitioned run distributes; the
+single-process run is the same code with one block holding every node.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import SimpleConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
+
+OPERATORS = ("sum", "mean", "gcn")
+
+
+@dataclass(frozen=True)
+class Operator:
+    """The weighted edges ``(j -> i, w)`` of a graph operator :math:`\\hat{A}_{ij} = w`."""
+
+    edge_index: torch.Tensor  # [2, E], row 0 = source j, row 1 = destination i
+    edge_weight: torch.Tensor  # [E]
+    num_nodes: int
+
+
+def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", *,
+                   self_loops: bool = True, directed: bool = False,
+                   edge_weight: torch.Tensor | None = None) -> Operator:
+    """Build :math:`\\hat{A}` from an edge list with PyG's utilities.
+
+    ``sum``: :math:`\\tilde{A}`; ``mean`` (GraphSAGE): :math:`\\tilde{D}^{-1}\\tilde{A}`;
+    ``gcn``: :math:`\\tilde{D}^{-1/2}\\tilde{A}\\tilde{D}^{-1/2}`, where
+    :math:`\\tilde{A} = A + I` when ``self_loops`` and :math:`A` otherwise. Edges are made
+    undirected unless ``directed``.
+    """
+    if kind not in OPERATORS:
+        raise ValueError(f"unknown operator {kind!r}; choose one of {OPERATORS}")
+    if edge_weight is None:
+        edge_weight = torch.ones(edge_index.size(1))
+    if not directed:
+        edge_index, edge_weight = to_undirected(edge_index, edge_weight, num_nodes, reduce="max")
+    if kind == "gcn":
+        edge_index, edge_weight = gcn_norm(edge_index, edge_weight, num_nodes,
+                                           add_self_loops=self_loops)
+        return Operator(edge_index, edge_weight, num_nodes)
+    if self_loops:
+        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, 1.0,
+                                                           num_nodes)
+    edge_index, edge_weight = coalesce(edge_index, edge_weight, num_nodes)
+    if kind == "mean":
+        deg = degree(edge_index[1], num_nodes, dtype=edge_weight.dtype)
+        edge_weight = edge_weight / deg.clamp(min=1)[edge_index[1]]
+    return Operator(edge_index, edge_weight, num_nodes)
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """The rows of :math:`\\hat{A}` for ``nodes``, with columns relabelled to the ``halo``.
+
+    ``adj`` is a ``[len(nodes), len(halo)]`` sparse CSR tensor; one layer of the block is
+    ``adj @ H[halo]``.
+    """
+
+    nodes: torch.Tensor  # [n] node numbers of the block's rows
+    halo: torch.Tensor  # [h] node numbers whose previous-layer rows the block needs
+    adj: torch.Tensor  # sparse CSR [n, h]
+
+
+def row_block(op: Operator, nodes: torch.Tensor) -> RowBlock:
+    """Cut the block of ``nodes`` (sorted node numbers) out of ``op``."""
+    if nodes.numel() > 1 and not bool((nodes[1:] > nodes[:-1]).all()):
+        raise ValueError("row_block needs strictly increasing node numbers")
+    member = torch.zeros(op.num_nodes, dtype=torch.bool)
+    member[nodes] = True
+    keep = member[op.edge_index[1]]
+    src, dst, w = op.edge_index[0, keep], op.edge_index[1, keep], op.edge_weight[keep]
+    halo, col = torch.unique(src, return_inverse=True)
+    row = torch.searchsorted(nodes, dst)
+    adj = torch.sparse_coo_tensor(torch.stack([row, col]), w, (nodes.numel(), halo.numel()))
+    return RowBlock(nodes, halo, adj.coalesce().to_sparse_csr())
+
+
+_PROPAGATE = SimpleConv(aggr="sum")
+
+
+def propagate(block: RowBlock, h_halo: torch.Tensor) -> torch.Tensor:
+    """:math:`\\hat{A}_{\\text{rows}}\\, H_{\\text{halo}}` with PyG's weight-free ``SimpleConv``."""
+    if h_halo.size(0) != block.halo.numel():
+        raise ValueError(f"h_halo has {h_halo.size(0)} rows, the block's halo "
+                         f"{block.halo.numel()}")
+    return _PROPAGATE((h_halo, None), block.adj)
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """What the paper varies: depth, operator and the ablation switches."""
+
+    layers: int = 3
+    operator: str = "sum"
+    self_loops: bool = True
+    random_weights: bool = False  # W_l ~ N(0, 1/d) instead of W_l = I
+    bias: float = 0.0  # beta: scale of a random bias b_l ~ N(0, beta^2/d); 0 = none
+    relu: bool = False  # sigma = ReLU between layers instead of identity
+    basic: bool = False  # BasicTFGM: residual, last layer only
+    include_input: bool = True  # keep F^(0) in the concatenation
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.bias) or self.bias < 0:
+            raise ValueError(f"bias = {self.bias} is out of range (must be finite and >= 0)")
+        if self.layers < 0:
+            raise ValueError(f"layers = {self.layers} is out of range (must be >= 0)")
+        if self.operator not in OPERATORS:
+            raise ValueError(f"operator = {self.operator!r} is not one of {', '.join(OPERATORS)}")
+        if self.basic and not self.include_input:
+            raise ValueError("basic = true needs include_input = true: BasicTFGM's residual "
+                             "starts at X")
+
+    @property
+    def num_blocks(self) -> int:
+        """How many unit-norm blocks an embedding row concatenates (its maximal score)."""
+        return 1 if self.basic else self.layers + int(self.include_input)
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """The random parts of a layer: ``weight`` ``[d, d]`` and ``bias`` ``[d]``, or ``None``."""
+
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+
+
+def layer_params(cfg: EmbedConfig, dim: int, seed: int = 0) -> list[LayerParams]:
+    """The per-layer ``W_l`` and ``b_l`` of ``cfg``, drawn from ``seed``.
+
+    Both graphs of a pair must use the same draws, so they are drawn once per run.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    params = []
+    for _ in range(cfg.layers):
+        w = torch.randn(dim, dim, generator=gen) / dim ** 0.5 if cfg.random_weights else None
+        b = cfg.bias * torch.randn(dim, generator=gen) / dim ** 0.5 if cfg.bias else None
+        params.append(LayerParams(w, b))
+    return params
+
+
+def layer(block: RowBlock, h_halo: torch.Tensor, params: LayerParams,
+          relu: bool) -> torch.Tensor:
+    """One layer for one block: ``norm(A_rows (sigma(H) W)_halo + b)``; returns ``[n, d]``."""
+    if relu:
+        h_halo = F.relu(h_halo)
+    if params.weight is not None:
+        h_halo = h_halo @ params.weight
+    out = propagate(block, h_halo)
+    if params.bias is not None:
+        out = out + params.bias
+    return F.normalize(out, dim=-1)
+
+
+def whole(op: Operator) -> RowBlock:
+    """The single block holding every row of ``op`` (the single-process run)."""
+    return row_block(op, torch.arange(op.num_nodes))
+
+
+def embed(x: torch.Tensor, block: RowBlock, cfg: EmbedConfig,
+          params: list[LayerParams] | None = None) -> torch.Tensor:
+    """Single-process embedding of all nodes of ``block = whole(op)``: ``[N, num_blocks * d]``.
+
+    ``params`` defaults to :func:`layer_params` of ``cfg`` with seed 0; pass one list for
+    both graphs of a pair.
+    """
+    if x.size(0) != block.nodes.numel():
+        raise ValueError(f"x has {x.size(0)} rows, the graph {block.nodes.numel()} nodes")
+    params = layer_params(cfg, x.size(1)) if params is None else params
+    h = F.normalize(x.float(), dim=-1)
+    blocks = [h] if cfg.include_input else []
+    for p in params:
+        out = layer(block, h[block.halo], p, cfg.relu)
+        h = F.normalize(out + h, dim=-1) if cfg.basic else out
+        blocks.append(h)
+    return blocks[-1] if cfg.basic else torch.cat(blocks, dim=-1)

