@@ -97,10 +97,11 @@ def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None,
 
 def degrees(graph: Graph) -> torch.Tensor:
     """Undirected degree of every node (duplicate and reversed edges counted once)."""
-    ei = graph.edge_index
-    pairs = torch.unique(torch.cat([ei, ei.flip(0)], dim=1), dim=1)
-    pairs = pairs[:, pairs[0] != pairs[1]]
-    return torch.bincount(pairs[0], minlength=graph.num_nodes).float()
+    n, (u, v) = graph.num_nodes, graph.edge_index
+    keep = u != v
+    u, v = u[keep], v[keep]
+    ends = torch.unique(torch.minimum(u, v) * n + torch.maximum(u, v))
+    return torch.bincount(torch.cat([ends // n, ends % n]), minlength=n).float()
 
 
 def degree_onehot(degs: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,0 +1,1 @@
+"""Ray job entrypoints and benchmark commands of tfgm-dist."""

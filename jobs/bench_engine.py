@@ -1,0 +1,234 @@
+"""Benchmark the single-machine engine on the real benchmarks, on their published protocols.
+
+    python -m jobs.bench_engine                      # everything (about 15 min on 2 cores)
+    python -m jobs.bench_engine --only yeast --runs 10
+    python -m jobs.bench_engine --only dbp15k --pairs zh_en --encoder
+
+Prints Markdown tables (accuracy against the paper, seconds per stage, peak memory). Every
+configuration runs in a fresh process so that its peak RSS is its own. Protocols are those
+of ``../shared/data/README.md``:
+
+- DBP15k: seeds = the first 4,500 lines of ``ref_ent_ids``, test = the other 10,500; each test
+  source is ranked against the 10,500 test targets (``--candidates``/``--queries``); features
+  are the translated entity names only.
+- Yeast: source yeast0, target yeast{p} with its nodes renumbered by a seeded permutation (a
+  different one per run), gold = the identity of protein ids; node correctness of the
+  Hungarian one-to-one assignment, 10 runs per noise level.
+
+The end-to-end table runs the real ``tfgm-dist align`` command (new process: interpreter
+start, imports, load, all stages, Parquet write) on inputs prepared once in the Parquet
+layout, which is what a scheduled job would read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+PAPER_DBP = {"zh_en": 81.4, "ja_en": 86.2, "fr_en": 94.9}  # TFGMws DGMC Hits@1
+PAPER_YEAST = {5: 83.6, 10: 78.6, 15: 72.4, 20: 62.4, 25: 50.1}  # DGMC pos-enc
+DECODINGS = [("argmax", "auto"), ("mutual", "auto"), ("one-to-one", "sparse"),
+             ("one-to-one", "sinkhorn")]
+
+
+def _in_child(fn, *args):
+    """Run ``fn(*args)`` in a fresh spawned process; returns its result."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def _peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _dbp_config(encoder: bool, refine: bool):
+    from tfgm_dist.config import load_config, with_overrides
+    return with_overrides(load_config(CONFIGS / "dbp15k.toml"), **{
+        "features.encoder": encoder, "refine.enabled": refine, "assign.method": "mutual"})
+
+
+def dbp_child(pair_name: str, seeds: bool, refine: bool, encoder: bool) -> dict:
+    """One DBP15k setting: load, score once, then every decoding; times and metrics."""
+    import torch
+
+    from tfgm_dist.config import AssignConfig
+    from tfgm_dist.load import load_dbp15k
+    from tfgm_dist.pipeline import Pair, Stopwatch, decode, evaluate, score
+    cfg = _dbp_config(encoder, refine)
+    watch = Stopwatch()
+    with watch.stage("load"):
+        src, tgt, ref = load_dbp15k(DATA / "dbp15k" / pair_name)
+        tgt = tgt.permuted(torch.randperm(tgt.num_nodes,
+                                          generator=torch.Generator().manual_seed(cfg.seed)))
+        rs, rt = src.index_of(ref["source_id"], "ref"), tgt.index_of(ref["target_id"], "ref")
+        pair = Pair(src, tgt, seeds=(rs[:4500], rt[:4500]) if seeds else None,
+                    gold=(rs[4500:], rt[4500:]), candidates=rt[4500:], queries=rs[4500:])
+    scored = score(pair, cfg, watch)
+    rows = []
+    for method, solver in DECODINGS:
+        start = time.perf_counter()
+        matched, _ = decode(scored, AssignConfig(method=method, one_to_one=solver))
+        took = time.perf_counter() - start
+        m = evaluate(scored.forward, scored.rows, matched, pair.gold)
+        rows.append({"decoding": method if method != "one-to-one" else f"1:1 {solver}",
+                     "hits@1": m["hits@1"], "hits@10": m["hits@10"], "mrr": m["mrr"],
+                     "accuracy": m["accuracy"], "decode_s": took})
+    # The same ranking against every non-seed target, not only the 10,500 test targets.
+    full = score(Pair(src, tgt, seeds=pair.seeds, gold=pair.gold, queries=pair.queries), cfg)
+    m_all = evaluate(full.forward, full.rows, decode(full, cfg.assign)[0], pair.gold)
+    return {"seconds": watch.seconds, "peak": _peak(), "decodings": rows, "all": m_all}
+
+
+def yeast_child(noise: int, runs: int) -> dict:
+    """``runs`` permuted runs of yeast0 -> yeast{noise}; accuracy and seconds per run."""
+    from tfgm_dist.config import load_config, with_overrides
+    from tfgm_dist.load import load_graph
+    from tfgm_dist.pipeline import Pair, Stopwatch, align, load_pair
+    base = load_config(CONFIGS / "yeast.toml")
+    accs, secs, stages = [], [], []
+    for run in range(runs):
+        cfg = with_overrides(base, seed=run)
+        watch = Stopwatch()
+        start = time.perf_counter()
+        with watch.stage("load"):
+            src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+            pair = load_pair(src, DATA / "yeast_ppi" / f"yeast{noise}_Y2H1.txt", cfg)
+            gold = (np.arange(src.num_nodes), pair.target.index_of(src.ids, "gold"))
+            pair = Pair(pair.source, pair.target, gold=gold)
+        result = align(pair, cfg, watch)
+        secs.append(time.perf_counter() - start)
+        accs.append(result.metrics["accuracy"])
+        stages.append(watch.seconds)
+    mean_stage = {k: float(np.mean([s[k] for s in stages])) for k in stages[0]}
+    return {"acc": accs, "secs": secs, "stages": mean_stage, "peak": _peak()}
+
+
+def run_cli(args: list[str]) -> tuple[float, dict]:
+    """Wall seconds and metrics of one real ``tfgm-dist align`` process."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "align", *args],
+                   check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    out = Path(args[args.index("--out") + 1])
+    return wall, json.loads((out / "metrics.json").read_text())
+
+
+def prepare_dbp(pair_name: str, folder: Path) -> dict[str, Path]:
+    """DBP15k in the Parquet input layout plus seeds/gold/candidates/queries files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tfgm_dist.load import load_dbp15k
+    src, tgt, ref = load_dbp15k(DATA / "dbp15k" / pair_name)
+    paths = {}
+    for name, g in (("source", src), ("target", tgt)):
+        d = folder / name
+        d.mkdir(parents=True)
+        ei = g.edge_index.numpy()
+        pq.write_table(pa.table({"src": g.ids.take(pa.array(ei[0])),
+                                 "dst": g.ids.take(pa.array(ei[1]))}), d / "edges.parquet")
+        pq.write_table(pa.table({"id": g.ids, "name": pa.array(g.names)}), d / "nodes.parquet")
+        paths[name] = d
+    for name, table in (("seeds", ref.slice(0, 4500)), ("gold", ref.slice(4500))):
+        pq.write_table(table, folder / f"{name}.parquet")
+        paths[name] = folder / f"{name}.parquet"
+    test = ref.slice(4500)
+    for name, col in (("queries", "source_id"), ("candidates", "target_id")):
+        pq.write_table(pa.table({"id": test[col]}), folder / f"{name}.parquet")
+        paths[name] = folder / f"{name}.parquet"
+    return paths
+
+
+def _fmt_s(seconds: dict) -> str:
+    return " ".join(f"{k} {v:.1f}" for k, v in seconds.items() if k != "total")
+
+
+def bench_dbp(pairs: list[str], encoder: bool) -> None:
+    print(f"\n### DBP15k (features: bigrams{' + MiniLM' if encoder else ''}; "
+          "Hits in %, ranked against the 10,500 test targets)\n")
+    print("| pair | seeds | refine | decoding | Hits@1 | Hits@10 | MRR | 1:1 acc. | paper H@1 "
+          "| H@1 / H@10 vs all targets | seconds per stage | decode s | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for pair_name in pairs:
+        for seeds in (False, True):
+            for refine in (False, True):
+                r = _in_child(dbp_child, pair_name, seeds, refine, encoder)
+                for d in r["decodings"]:
+                    print(f"| {pair_name} | {'yes' if seeds else 'no'} | "
+                          f"{'yes' if refine else 'no'} | {d['decoding']} | {d['hits@1']:.1f} | "
+                          f"{d['hits@10']:.1f} | {d['mrr']:.3f} | {d['accuracy']:.1f} | "
+                          f"{PAPER_DBP[pair_name] if seeds else '-'} | "
+                          f"{r['all']['hits@1']:.1f} / {r['all']['hits@10']:.1f} | "
+                          f"{_fmt_s(r['seconds'])} | "
+                          f"{d['decode_s']:.1f} | {r['peak'] / 2**30:.2f} GiB |", flush=True)
+
+
+def bench_dbp_end_to_end(pairs: list[str], encoder: bool) -> None:
+    print("\n### DBP15k end to end (`tfgm-dist align`, new process, seeds, "
+          f"config jobs/configs/dbp15k.toml{', encoder on' if encoder else ''})\n")
+    print("| pair | wall s | Hits@1 | Hits@10 | MRR | 1:1 acc. | seconds per stage | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for pair_name in pairs:
+        with tempfile.TemporaryDirectory() as tmp:
+            p = prepare_dbp(pair_name, Path(tmp) / "in")
+            cfg = Path(tmp) / "cfg.toml"
+            cfg.write_text((CONFIGS / "dbp15k.toml").read_text()
+                           .replace("encoder = false", f"encoder = {str(encoder).lower()}"))
+            wall, m = run_cli([str(p["source"]), str(p["target"]), "--out", f"{tmp}/out",
+                               "--config", str(cfg), "--seeds", str(p["seeds"]),
+                               "--gold", str(p["gold"]), "--candidates", str(p["candidates"]),
+                               "--queries", str(p["queries"])])
+        print(f"| {pair_name} | {wall:.1f} | {m['hits@1']:.1f} | {m['hits@10']:.1f} | "
+              f"{m['mrr']:.3f} | {m['accuracy']:.1f} | {_fmt_s(m['seconds'])} | "
+              f"{m['peak_rss_bytes'] / 2**30:.2f} GiB |", flush=True)
+
+
+def bench_yeast(runs: int) -> None:
+    print(f"\n### Yeast PPI (node correctness %, Hungarian, {runs} permuted runs; "
+          "config jobs/configs/yeast.toml)\n")
+    print("| noise | mean ± std | min – max | paper | s per run (mean / median) "
+          "| seconds per stage (mean) | peak RSS |")
+    print("|---|---|---|---|---|---|---|")
+    for noise in (5, 10, 15, 20, 25):
+        r = _in_child(yeast_child, noise, runs)
+        acc, secs = np.array(r["acc"]), np.array(r["secs"])
+        print(f"| {noise} % | {acc.mean():.1f} ± {acc.std():.1f} | {acc.min():.1f} – "
+              f"{acc.max():.1f} | {PAPER_YEAST[noise]} | {secs.mean():.2f} / "
+              f"{np.median(secs):.2f} | {_fmt_s(r['stages'])} | {r['peak'] / 2**20:.0f} MiB |",
+              flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", choices=("yeast", "dbp15k", "end-to-end"))
+    p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--encoder", action="store_true", help="add MiniLM sentence vectors")
+    args = p.parse_args()
+    if not DATA.exists():
+        sys.exit(f"benchmark data not found at {DATA}")
+    pairs = args.pairs.split(",")
+    print(f"machine: {os.cpu_count()} cores, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}")
+    if args.only in (None, "yeast"):
+        bench_yeast(args.runs)
+    if args.only in (None, "dbp15k"):
+        bench_dbp(pairs, args.encoder)
+    if args.only in (None, "end-to-end"):
+        bench_dbp_end_to_end(pairs, args.encoder)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""The single-process pipeline: load -> features -> embed -> search -> refine -> assign -> write.
+
+Each stage is a function of the previous stages' outputs, timed with its peak memory.
+Conventions every stage relies on:
+
+- The target graph is renumbered in a seeded random order right after loading, so no
+  tie-break anywhere (FAISS, scipy) can favour a target whose number equals the source's.
+- Seed pairs are known matches: they shape the features (TFGMws swap) and are pinned in
+  the refinement, and their targets are never offered to other sources.
+- ``candidates`` restricts the targets searched; ``queries`` restricts the sources output
+  (default: every non-seed source).
+"""
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from . import assign, features, metrics
+from .config import AssignConfig, Config
+from .embed import EmbedConfig, RowBlock, embed, graph_operator, layer_params, whole
+from .graph import Graph, InputError
+from .load import load_graph, load_id_list, load_pairs
+from .refine import merge, refine
+from .search import Candidates, top_k
+
+log = logging.getLogger("tfgm_dist")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process and its waited-for children (Linux: KiB units)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) * 1024
+
+
+@dataclass
+class Stopwatch:
+    """Seconds per stage, logged as each stage ends."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        log.info("%s ...", name)
+        start = time.perf_counter()
+        yield
+        took = time.perf_counter() - start
+        self.seconds[name] = self.seconds.get(name, 0.0) + took
+        log.info("%s done in %.2f s (peak RSS %.0f MiB)", name, took, peak_rss_bytes() / 2**20)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two loaded graphs and everything said about them, in contiguous node numbers."""
+
+    source: Graph
+    target: Graph
+    seeds: tuple[np.ndarray, np.ndarray] | None = None
+    gold: tuple[np.ndarray, np.ndarray] | None = None
+    candidates: np.ndarray | None = None  # target numbers to search among
+    queries: np.ndarray | None = None  # source numbers to output
+
+
+def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Config, *,
+              fmt: str | None = None, seeds: str | Path | None = None,
+              gold: str | Path | None = None, candidates: str | Path | None = None,
+              queries: str | Path | None = None) -> Pair:
+    """Load both graphs (or take them as given), shuffle the target, resolve the id files."""
+    g_s = source if isinstance(source, Graph) else load_graph(source, fmt)
+    g_t = target if isinstance(target, Graph) else load_graph(target, fmt)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    g_t = g_t.permuted(torch.randperm(g_t.num_nodes, generator=gen))
+    return Pair(
+        g_s, g_t,
+        seeds=None if seeds is None else load_pairs(seeds, g_s, g_t, "seeds"),
+        gold=None if gold is None else load_pairs(gold, g_s, g_t, "gold"),
+        candidates=None if candidates is None else load_id_list(candidates, g_t, "candidates"),
+        queries=None if queries is None else load_id_list(queries, g_s, "queries"),
+    )
+
+
+def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    """``X_s, X_t`` from ``cfg.features.kind`` (``auto``: given, else names, else degrees)."""
+    fc, s, t = cfg.features, pair.source, pair.target
+    kind = fc.kind
+    if kind == "auto":
+        kind = ("given" if s.features is not None and t.features is not None
+                else "names" if s.names is not None and t.names is not None
+                else "degree-sinusoidal")
+    if kind == "given":
+        for g in (s, t):
+            if g.features is None:
+                raise InputError(f"{g.source}: features.kind = 'given' but the graph has "
+                                 "no feature vectors")
+        if s.features.size(1) != t.features.size(1):
+            raise InputError(f"feature widths differ: {s.source} has {s.features.size(1)}, "
+                             f"{t.source} has {t.features.size(1)}")
+        xs = [s.features.float(), t.features.float()]
+    elif kind == "names":
+        for g in (s, t):
+            if g.names is None:
+                raise InputError(f"{g.source}: features.kind = 'names' but the graph has no "
+                                 "names")
+        xs = features.char_ngrams([s.names, t.names], fc.ngram, fc.ngram_dim)
+        if fc.encoder:
+            enc = [features.sentence_vectors(g.names) for g in (s, t)]
+            xs = [torch.cat([torch.nn.functional.normalize(a, dim=-1), b], dim=1)
+                  for a, b in zip(xs, enc)]
+    elif kind == "degree-onehot":
+        xs = features.degree_onehot([features.degrees(s), features.degrees(t)])
+    else:
+        xs = [features.degree_sinusoidal(features.degrees(g), fc.sinusoidal_dim) for g in (s, t)]
+    for x, g in zip(xs, (s, t)):
+        features.validate(x, g)
+    if fc.project_dim and fc.project_dim < xs[0].size(1):
+        xs = features.random_projection(xs, fc.project_dim, cfg.seed)
+    return xs[0], xs[1]
+
+
+def embeddings(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config
+               ) -> tuple[torch.Tensor, torch.Tensor, RowBlock, RowBlock]:
+    """TFGM embeddings ``O_s, O_t``; with seeds, TFGMws ``[O_s; Ô_s]`` and ``[Ô_t; O_t]``.
+
+    The inner product of the TFGMws concatenations is ``<O_s, Ô_t> + <Ô_s, O_t>``, the sum
+    of the paper's two swapped runs, so one search serves both.
+    """
+    ec = cfg.embed
+    block_s, block_t = (whole(graph_operator(g.edge_index, g.num_nodes, ec.operator,
+                                             self_loops=ec.self_loops, edge_weight=g.edge_weight))
+                        for g in (pair.source, pair.target))
+    params = layer_params(ec, x_s.size(1), cfg.seed)
+    if pair.seeds is None:
+        return embed(x_s, block_s, ec, params), embed(x_t, block_t, ec, params), block_s, block_t
+    seeds_s, seeds_t = (torch.from_numpy(a) for a in pair.seeds)
+    hat_s, hat_t = features.seed_swap(x_s, x_t, seeds_s, seeds_t)
+    o_s = torch.cat([embed(x_s, block_s, ec, params), embed(hat_s, block_s, ec, params)], 1)
+    o_t = torch.cat([embed(hat_t, block_t, ec, params), embed(x_t, block_t, ec, params)], 1)
+    return o_s, o_t, block_s, block_t
+
+
+def _searchable(n: int, restrict: np.ndarray | None, excluded: np.ndarray | None) -> np.ndarray:
+    keep = np.zeros(n, dtype=bool)
+    keep[np.arange(n) if restrict is None else restrict] = True
+    if excluded is not None:
+        keep[excluded] = False
+    return np.flatnonzero(keep)
+
+
+@dataclass
+class Scored:
+    """Ranked candidates of a pair, before decoding."""
+
+    forward: Candidates  # [n_s, k] source -> target lists (empty rows where not searched)
+    backward: Candidates | None  # [n_t, k] target -> source lists, when refined or mutual
+    rows: torch.Tensor  # source numbers that are output
+    targets: np.ndarray  # target numbers that were searched
+    o_s: torch.Tensor  # embeddings, for a dense Hungarian on small graphs
+    o_t: torch.Tensor
+    refined: bool
+
+
+@dataclass
+class Result:
+    """What the pipeline decided, in node numbers."""
+
+    rows: torch.Tensor  # [n] source numbers that are output
+    candidates: Candidates  # ranked target lists for ``rows``
+    matched: torch.Tensor  # [n] decoded target per row, -1 when none
+    matched_score: torch.Tensor  # [n] its score
+    metrics: dict = field(default_factory=dict)
+
+
+def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
+    """Run the features, embed, search and (optionally) refine stages on a loaded pair."""
+    watch = watch or Stopwatch()
+    n_s, n_t = pair.source.num_nodes, pair.target.num_nodes
+    seeds_s, seeds_t = pair.seeds if pair.seeds is not None else (None, None)
+    with watch.stage("features"):
+        x_s, x_t = input_features(pair, cfg)
+    with watch.stage("embed"):
+        o_s, o_t, block_s, block_t = embeddings(pair, x_s, x_t, cfg)
+    scale = cfg.embed.num_blocks * (1 if pair.seeds is None else 2)
+    targets = _searchable(n_t, pair.candidates, seeds_t)
+    if targets.size == 0:
+        raise InputError("no target is left to search (candidates minus seed targets is empty)")
+    sc = cfg.search
+    opts = dict(kind=sc.index, nlist=sc.nlist or None, nprobe=sc.nprobe, hnsw_m=sc.hnsw_m,
+                ef_search=sc.ef_search, seed=cfg.seed)
+    rows = torch.from_numpy(pair.queries if pair.queries is not None
+                            else _searchable(n_s, None, seeds_s))
+    # Refinement and mutual decoding need every source's list, the rest only the output rows.
+    need_all = cfg.refine.enabled or cfg.assign.method == "mutual"
+    searched = np.arange(n_s) if need_all else rows.numpy()
+    with watch.stage("search"):
+        forward = top_k(o_s[searched].numpy(), o_t.numpy(), sc.k, candidates=targets, **opts)
+        forward = forward.scatter_rows(torch.from_numpy(searched), n_s)
+        backward = (top_k(o_t[targets].numpy(), o_s.numpy(), sc.k,
+                          candidates=_searchable(n_s, None, seeds_s), **opts
+                          ).scatter_rows(torch.from_numpy(targets), n_t)
+                    if need_all else None)
+    if cfg.refine.enabled:
+        with watch.stage("refine"):
+            rc = cfg.refine
+            psi = EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
+                              self_loops=cfg.embed.self_loops, include_input=rc.include_input)
+            fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
+            common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scale, seed=cfg.seed)
+            fwd = refine(forward, block_s, block_t, fixed=fixed, **common)
+            bwd = refine(backward, block_t, block_s,
+                         fixed=None if fixed is None else (fixed[1], fixed[0]), **common)
+            forward, backward = merge(fwd, bwd, sc.k), merge(bwd, fwd, sc.k)
+    return Scored(forward, backward, rows, targets, o_s, o_t, cfg.refine.enabled)
+
+
+def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
+    """Run every stage but load and write on a loaded pair; metrics when gold is given."""
+    watch = watch or Stopwatch()
+    scored = score(pair, cfg, watch)
+    with watch.stage("assign"):
+        matched, match_score = decode(scored, cfg.assign)
+    result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score)
+    if pair.gold is not None:
+        result.metrics = evaluate(scored.forward, scored.rows, matched, pair.gold)
+    return result
+
+
+def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoded target of every output row (``-1`` when it gets none) and its score."""
+    rows, forward = scored.rows, scored.forward
+    c = forward.take_rows(rows)
+    if ac.method == "argmax":
+        return assign.argmax(c), c.scores[:, 0]
+    if ac.method == "mutual":
+        best = assign.mutual(forward, scored.backward)
+        return best[rows], c.scores[:, 0]
+    dense_ok = max(rows.numel(), scored.targets.size) <= ac.dense_max_nodes
+    if ac.one_to_one == "hungarian" or (ac.one_to_one == "auto" and dense_ok):
+        cols = torch.from_numpy(scored.targets)
+        if scored.refined:  # refined scores exist on the candidates only; elsewhere they are 0
+            dense = torch.zeros(rows.numel(), scored.o_t.size(0))
+            valid = c.index >= 0
+            r = torch.arange(rows.numel())[:, None].expand_as(c.index)
+            dense[r[valid], c.index[valid]] = c.scores[valid]
+            dense = dense[:, cols]
+        else:
+            dense = scored.o_s[rows] @ scored.o_t[cols].T
+        picked = assign.hungarian(dense)
+        match_score = dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
+        return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
+    matched = assign.one_to_one(c, scored.o_t.size(0),
+                                method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
+    match_score = torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
+    return matched, match_score
+
+
+def evaluate(forward: Candidates, rows: torch.Tensor, matched: torch.Tensor,
+             gold: tuple[np.ndarray, np.ndarray]) -> dict:
+    """Hits@1/10 and MRR of the ranked lists, and accuracy of the decoded matching."""
+    gold_s, gold_t = gold
+    out = metrics.ranking_metrics(forward, gold_s, gold_t)
+    full = torch.full((forward.index.size(0),), -1, dtype=torch.long)
+    full[rows] = matched
+    out["accuracy"] = metrics.accuracy(full, gold_s, gold_t)
+    return out
+
+
+def match_table(pair: Pair, result: Result, top_k: int) -> pa.Table:
+    """Rows ``(source_id, target_id, rank, score)`` in the user's ids.
+
+    Rank 1 is the decoded match (for ``argmax`` simply the best candidate), ranks 2 ..
+    ``top_k`` the next best other candidates. A source without a decoded match (``mutual``
+    or ``one-to-one`` left it out) gets no rows.
+    """
+    c, matched = result.candidates, result.matched
+    others = Candidates.sorted(c.scores, c.index.masked_fill(c.index == matched[:, None], -1))
+    index = torch.cat([matched[:, None], others.index[:, :top_k - 1]], 1)
+    scores = torch.cat([result.matched_score[:, None], others.scores[:, :top_k - 1]], 1)
+    keep = (index >= 0) & (matched >= 0)[:, None]
+    r = torch.arange(index.size(0))[:, None].expand_as(index)
+    rank = torch.arange(1, index.size(1) + 1, dtype=torch.int32)[None, :].expand_as(index)
+    return pa.table({
+        "source_id": pair.source.ids.take(pa.array(result.rows[r[keep]].numpy())),
+        "target_id": pair.target.ids.take(pa.array(index[keep].numpy())),
+        "rank": pa.array(rank[keep].numpy()),
+        "score": pa.array(scores[keep].numpy().astype(np.float32)),
+    })
