@@ -8,7 +8,8 @@ Conventions every stage relies on:
 - Seed pairs are known matches: they shape the features (TFGMws swap) and are pinned in
   the refinement, and their targets are never offered to other sources.
 - ``candidates`` restricts the targets searched; ``queries`` restricts the sources output
-  (default: every non-seed source).
+  (default: every source); seed sources are never output, and gold pairs only count when
+  their source is output.
 """
 from __future__ import annotations
 
@@ -195,8 +196,7 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     sc = cfg.search
     opts = dict(kind=sc.index, nlist=sc.nlist or None, nprobe=sc.nprobe, hnsw_m=sc.hnsw_m,
                 ef_search=sc.ef_search, seed=cfg.seed)
-    rows = torch.from_numpy(pair.queries if pair.queries is not None
-                            else _searchable(n_s, None, seeds_s))
+    rows = torch.from_numpy(_searchable(n_s, pair.queries, seeds_s))
     # Refinement and mutual decoding need every source's list, the rest only the output rows.
     need_all = cfg.refine.enabled or cfg.assign.method == "mutual"
     searched = np.arange(n_s) if need_all else rows.numpy()
@@ -264,8 +264,18 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
 
 def evaluate(forward: Candidates, rows: torch.Tensor, matched: torch.Tensor,
              gold: tuple[np.ndarray, np.ndarray]) -> dict:
-    """Hits@1/10 and MRR of the ranked lists, and accuracy of the decoded matching."""
-    gold_s, gold_t = gold
+    """Hits@1/10 and MRR of the ranked lists, and accuracy of the decoded matching.
+
+    Only gold pairs whose source is an output row count: seed pairs are known, not
+    predicted, and sources outside ``--queries`` were not asked for.
+    """
+    output = np.zeros(forward.index.size(0), dtype=bool)
+    output[rows.numpy()] = True
+    asked = output[gold[0]]
+    if not asked.any():
+        raise InputError("no gold pair has its source among the output rows (all are seeds "
+                         "or outside the queries)")
+    gold_s, gold_t = gold[0][asked], gold[1][asked]
     out = metrics.ranking_metrics(forward, gold_s, gold_t)
     full = torch.full((forward.index.size(0),), -1, dtype=torch.long)
     full[rows] = matched
