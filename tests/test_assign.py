@@ -3,8 +3,6 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from tfgm_dist.assign import (argmax, hungarian, mutual, one_to_one, sinkhorn_dense,
                               sinkhorn_sparse, sparse_one_to_one)
@@ -80,7 +78,7 @@ def test_sparse_one_to_one_equals_hungarian_when_every_pair_is_a_candidate(shape
     assert torch.equal(matched, hungarian(dense))
 
 
-def test_sparse_one_to_one_is_valid_and_maximum_when_full_matching_impossible():
+def test_sparse_one_to_one_is_valid_and_maximal_when_full_matching_impossible():
     rng = np.random.default_rng(2)
     n_s, n_t, k = 50, 12, 3
     index = torch.from_numpy(np.stack([rng.choice(n_t, k, replace=False) for _ in range(n_s)]))
@@ -89,15 +87,21 @@ def test_sparse_one_to_one_is_valid_and_maximum_when_full_matching_impossible():
     assert_one_to_one(matched)
     rows = torch.nonzero(matched >= 0).squeeze(1)
     assert (c.index[rows] == matched[rows, None]).any(dim=1).all()  # only candidate edges
-    graph = csr_array((np.ones(n_s * k), (np.repeat(np.arange(n_s), k), index.flatten())),
-                      shape=(n_s, n_t))
-    assert rows.numel() == (maximum_bipartite_matching(graph) >= 0).sum()
+    # Maximal: an unmatched source has no free candidate (except the single worst edge,
+    # which costs exactly as much as staying unmatched).
+    taken = set(matched[rows].tolist())
+    worst = c.scores[c.index >= 0].min()
+    for i in torch.nonzero(matched < 0).squeeze(1).tolist():
+        free = [int(t) for t, s in zip(c.index[i], c.scores[i]) if t >= 0 and int(t) not in taken
+                and s > worst]
+        assert not free, f"source {i} left unmatched with free candidates {free}"
 
 
-def test_sparse_one_to_one_prefers_more_matches_over_one_heavy_edge():
-    # a={x: 10, y: 1}, b={x: 1}: {a-x} scores 10 but {a-y, b-x} matches both
+def test_sparse_one_to_one_keeps_a_strong_edge_over_two_weak_ones():
+    # a={x: 10, y: 1}, b={x: 1}: {a-x} scores 10, {a-y, b-x} only 2 — b stays unmatched
+    # rather than displace a from its clear best (staying unmatched costs the worst edge)
     c = cands([[10.0, 1.0], [1.0, -INF]], [[0, 1], [0, -1]])
-    assert sparse_one_to_one(c, 2).tolist() == [1, 0]
+    assert sparse_one_to_one(c, 2).tolist() == [0, -1]
 
 
 def test_sparse_one_to_one_ignores_minus_inf_entries_and_empty_rows():
