@@ -99,7 +99,8 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         o_s = embed(r_s, block_s, psi)
         o_t = embed(s_t @ r_s, block_t, psi)
         logits = logits + _candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
-        log.debug("refine: step %d/%d", step + 1, steps)
+        if (step + 1) % max(1, steps // 5) == 0:
+            log.info("refine: step %d/%d", step + 1, steps)
     return Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index)
 
 
