@@ -228,7 +228,8 @@ def main() -> None:
     if not DATA.exists():
         sys.exit(f"benchmark data not found at {DATA}")
     pairs = args.pairs.split(",")
-    print(f"machine: {os.cpu_count()} cores, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}")
+    threads = os.environ.get("OMP_NUM_THREADS", "default")
+    print(f"machine: {os.cpu_count()} cores, torch threads {threads}")
     if args.only in (None, "yeast"):
         bench_yeast(args.runs)
     if args.only in (None, "dbp15k"):

@@ -61,9 +61,9 @@ def _config(args: argparse.Namespace) -> Config:
     return with_overrides(cfg, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="output folder (matches/, metrics.json, "
-                   "manifest.json)")
+def _run_options(p: argparse.ArgumentParser, out_required: bool = True) -> None:
+    p.add_argument("--out", required=out_required, help="output folder (matches/, "
+                   "metrics.json, manifest.json)")
     p.add_argument("--config", help="TOML or YAML file with any of the settings")
     p.add_argument("--top-k", type=int, help="rows written per source (default 1)")
     p.add_argument("--refine", action=argparse.BooleanOptionalAction, default=None,
@@ -92,9 +92,7 @@ def parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="align a built-in synthetic pair (no data needed)")
     d.add_argument("--nodes", type=int, default=20000, help="nodes per graph (default 20000)")
-    _run_options(d)
-    d.set_defaults(out=None)
-    d._option_string_actions["--out"].required = False
+    _run_options(d, out_required=False)
 
     s = sub.add_parser("synth", help="write a synthetic pair in the Parquet input layout")
     s.add_argument("out", help="folder to write source/, target/ and gold.parquet into")

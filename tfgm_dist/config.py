@@ -167,7 +167,7 @@ def load_config(path: str | Path | None) -> Config:
 
 
 def with_overrides(cfg: Config, **overrides: Any) -> Config:
-    """``cfg`` with dotted-key overrides, e.g. ``with_overrides(cfg, **{"refine.enabled": True})``."""
+    """``cfg`` with dotted-key overrides: ``with_overrides(cfg, **{"refine.enabled": True})``."""
     data = cfg.to_dict()
     for dotted, value in overrides.items():
         node = data

@@ -7,13 +7,13 @@ For an operator :math:`\\hat{A}` (sum, mean/SAGE or symmetric/GCN) and input fea
     F^{(l)} = \\mathrm{norm}\\big(\\hat{A}\\, \\sigma(F^{(l-1)})\\, W_l + b_l\\big), \\qquad
     O = [F^{(0)}; F^{(1)}; \\dots; F^{(L)}]
 
-with row-wise L2 normalisation, :math:`W_l = I` (weight-free, principle P3) and
-:math:`b_l = 0` and :math:`\\sigma = \\mathrm{id}` by default, so that :math:`\\langle O_i, O_j \\rangle` is the sum
-of per-layer cosines (principle P1). The ablations of the paper are switches: random
-weights :math:`W_l \\sim \\mathcal{N}(0, 1/d)`, a random bias
-:math:`b_l \\sim \\mathcal{N}(0, \\beta^2/d)` (the paper's reference code adds one to its
-weight-free layers; it is worth several points on featureless graphs), ReLU as :math:`\\sigma`, and BasicTFGM
-(:math:`F^{(l)} \\leftarrow F^{(l)} + F^{(l-1)}`, last layer only).
+with row-wise L2 normalisation and, by default, :math:`W_l = I` (weight-free, principle P3),
+:math:`b_l = 0` and :math:`\\sigma = \\mathrm{id}`, so that :math:`\\langle O_i, O_j \\rangle`
+is the sum of per-layer cosines (principle P1). The ablations of the paper are switches:
+random weights :math:`W_l \\sim \\mathcal{N}(0, 1/d)`, ReLU as :math:`\\sigma`, and BasicTFGM
+(:math:`F^{(l)} \\leftarrow F^{(l)} + F^{(l-1)}`, last layer only). A random bias
+:math:`b_l \\sim \\mathcal{N}(0, \\beta^2/d)` is the one addition: the paper's reference code
+adds one to its weight-free layers, and it is worth several points on featureless graphs.
 
 A layer only needs a node block's rows of :math:`\\hat{A}` and the previous layer's rows of the
 block's 1-hop halo (:class:`RowBlock`), which is what a partitioned run distributes; the

@@ -79,7 +79,8 @@ def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None,
             from None
     unique, inverse = np.unique(np.asarray(texts, dtype=object).astype(str), return_inverse=True)
     digest = hashlib.sha256("\n".join(unique).encode()).hexdigest()[:32]
-    cache_dir = Path(cache_dir or os.environ.get("TFGM_CACHE", Path.home() / ".cache" / "tfgm-dist"))
+    cache_dir = Path(cache_dir or os.environ.get("TFGM_CACHE")
+                     or Path.home() / ".cache" / "tfgm-dist")
     path = cache_dir / f"minilm-{digest}.npy"
     if not path.exists():
         log.info("features: encoding %d names with all-MiniLM-L6-v2 (cached at %s)",
