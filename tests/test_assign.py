@@ -97,6 +97,28 @@ def test_sparse_one_to_one_is_valid_and_maximal_when_full_matching_impossible():
         assert not free, f"source {i} left unmatched with free candidates {free}"
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_sparse_one_to_one_maximises_shifted_scores_like_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n_s, n_t, k = 6, 5, 2
+    index = torch.from_numpy(np.stack([rng.choice(n_t, k, replace=False) for _ in range(n_s)]))
+    c = Candidates.sorted(torch.from_numpy(rng.normal(size=(n_s, k)).astype(np.float32)), index)
+    shifted = (c.scores - c.scores.min()).tolist()  # w up to the 1/span scale
+
+    def total(choice):  # choice[i] = position in row i, or k for "unmatched"
+        picked = [int(c.index[i, j]) for i, j in enumerate(choice) if j < k]
+        if len(set(picked)) < len(picked):
+            return -1.0
+        return sum(shifted[i][j] for i, j in enumerate(choice) if j < k)
+
+    best = max(total(choice) for choice in itertools.product(range(k + 1), repeat=n_s))
+    matched = sparse_one_to_one(c, n_t)
+    assert_one_to_one(matched)
+    got = sum(shifted[i][j] for i in range(n_s) for j in range(k)
+              if int(c.index[i, j]) == int(matched[i]))
+    assert got == pytest.approx(best, abs=1e-5)
+
+
 def test_sparse_one_to_one_keeps_a_strong_edge_over_two_weak_ones():
     # a={x: 10, y: 1}, b={x: 1}: {a-x} scores 10, {a-y, b-x} only 2 — b stays unmatched
     # rather than displace a from its clear best (staying unmatched costs the worst edge)
@@ -107,6 +129,12 @@ def test_sparse_one_to_one_keeps_a_strong_edge_over_two_weak_ones():
 def test_sparse_one_to_one_ignores_minus_inf_entries_and_empty_rows():
     c = cands([[0.5, -INF], [-INF, -INF]], [[0, 1], [-1, -1]])
     assert sparse_one_to_one(c, 2).tolist() == [0, -1]
+
+
+def test_sparse_one_to_one_maps_back_to_target_numbers():
+    # only targets 3 and 7 of 10 are listed; s1 wants 7 most, so s0 settles for 3
+    c = cands([[0.9, 0.8], [1.0, -INF]], [[7, 3], [7, -1]])
+    assert sparse_one_to_one(c, 10).tolist() == [3, 7]
 
 
 def test_sparse_one_to_one_rejects_bad_candidates():
