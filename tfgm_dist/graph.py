@@ -7,6 +7,7 @@ can speak the user's ids again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -65,8 +66,12 @@ class Graph:
     def num_edges(self) -> int:
         return self.edge_index.size(1)
 
-    def index_of(self, user_ids: pa.Array | list, what: str) -> np.ndarray:
-        """Contiguous node numbers of ``user_ids``; an unknown id raises :class:`InputError`."""
+    def index_of(self, user_ids: pa.Array | list, what: str,
+                 where: Callable[[int], str] | None = None) -> np.ndarray:
+        """Contiguous node numbers of ``user_ids``; an unknown id raises :class:`InputError`.
+
+        ``where(i)`` names the place of the ``i``-th id in the user's file (default: its row).
+        """
         user_ids = pa.array(user_ids) if not isinstance(user_ids, pa.Array) else user_ids
         if user_ids.type != self.ids.type:
             try:
@@ -74,12 +79,14 @@ class Graph:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 raise InputError(f"{what}: ids of type {user_ids.type} do not match the "
                                  f"graph's {self.ids.type} ids ({self.source})") from None
-        pos = pa.compute.index_in(user_ids, value_set=self.ids).to_numpy(zero_copy_only=False)
-        missing = np.flatnonzero(np.isnan(pos)) if pos.dtype.kind == "f" else np.array([], int)
+        pos = pa.compute.index_in(user_ids, value_set=self.ids)
+        missing = np.flatnonzero(pos.is_null().to_numpy(zero_copy_only=False))
         if len(missing):
-            raise InputError(f"{what}: id {user_ids[int(missing[0])].as_py()!r} (row "
-                             f"{int(missing[0]) + 1}) is not a node of {self.source}")
-        return pos.astype(np.int64)
+            i = int(missing[0])
+            place = where(i) if where else f"row {i + 1}"
+            raise InputError(f"{what}: {place}: id {user_ids[i].as_py()!r} is not a node of "
+                             f"{self.source}")
+        return pos.to_numpy(zero_copy_only=False).astype(np.int64)
 
     def permuted(self, perm: torch.Tensor) -> "Graph":
         """The same graph with node ``perm[i]`` renumbered ``i``.

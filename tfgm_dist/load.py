@@ -564,13 +564,9 @@ def _ids_as(rows: _Rows, j: int, to: pa.DataType, what: str) -> pa.Array:
 def _node_numbers(rows: _Rows, j: int, graph: Graph, what: str) -> np.ndarray:
     """Column ``j`` of distinct user ids as node numbers of ``graph``, naming any bad line."""
     ids = _ids_as(rows, j, graph.ids.type, what)
-    missing = np.flatnonzero(~pc.is_in(ids, value_set=graph.ids).to_numpy(zero_copy_only=False))
-    if len(missing):
-        i = int(missing[0])
-        raise InputError(f"{what}: {rows.where(i)}: id {ids[i].as_py()!r} is not a node of "
-                         f"{graph.source}")
+    numbers = graph.index_of(ids, what, rows.where)
     _check_unique(rows, ids, what, "maps node")
-    return graph.index_of(ids, what)
+    return numbers
 
 
 def _check_unique(rows: _Rows, ids: pa.Array, what: str, verb: str) -> None:
