@@ -111,8 +111,8 @@ def test_candidates_sorted_orders_descending_with_padding_last():
     scores = torch.tensor([[0.1, 0.9, 0.5, 0.5], [0.3, 0.2, 0.7, 0.1]])
     index = torch.tensor([[4, -1, 7, 2], [1, 2, -1, -1]])
     c = Candidates.sorted(scores, index)
-    # row 0: the -1 entry (score 0.9) is padding; tie 0.5/0.5 keeps input order (stable)
-    assert c.index.tolist() == [[7, 2, 4, -1], [1, 2, -1, -1]]
+    # row 0: the -1 entry (score 0.9) is padding; the tie 0.5/0.5 goes to the lower target
+    assert c.index.tolist() == [[2, 7, 4, -1], [1, 2, -1, -1]]
     torch.testing.assert_close(c.scores, torch.tensor([[0.5, 0.5, 0.1, -INF],
                                                        [0.3, 0.2, -INF, -INF]]))
 

@@ -17,7 +17,7 @@ import logging
 import resource
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -27,7 +27,7 @@ import torch
 
 from . import assign, features, metrics
 from .config import AssignConfig, Config
-from .embed import EmbedConfig, RowBlock, embed, graph_operator, layer_params, whole
+from .embed import EmbedConfig, Operator, embed, graph_operator, layer_params, whole
 from .graph import Graph, InputError
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
@@ -127,25 +127,33 @@ def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]
     return xs[0], xs[1]
 
 
-def embeddings(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config
-               ) -> tuple[torch.Tensor, torch.Tensor, RowBlock, RowBlock]:
-    """TFGM embeddings ``O_s, O_t``; with seeds, TFGMws ``[O_s; Ô_s]`` and ``[Ô_t; O_t]``.
-
-    The inner product of the TFGMws concatenations is ``<O_s, Ô_t> + <Ô_s, O_t>``, the sum
-    of the paper's two swapped runs, so one search serves both.
-    """
+def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
+    """The graph operators :math:`\\hat{A}_s, \\hat{A}_t` of ``cfg.embed``."""
     ec = cfg.embed
-    block_s, block_t = (whole(graph_operator(g.edge_index, g.num_nodes, ec.operator,
-                                             self_loops=ec.self_loops, edge_weight=g.edge_weight))
-                        for g in (pair.source, pair.target))
-    params = layer_params(ec, x_s.size(1), cfg.seed)
+    return tuple(graph_operator(g.edge_index, g.num_nodes, ec.operator, self_loops=ec.self_loops,
+                                edge_weight=g.edge_weight) for g in (pair.source, pair.target))
+
+
+def channels(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor
+             ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The inputs each graph is embedded from: ``[X]``, or with seeds TFGMws's two runs.
+
+    A graph's embedding is the concatenation of its channels' embeddings: ``[O_s; Ô_s]``
+    and ``[Ô_t; O_t]``, whose inner product is ``<O_s, Ô_t> + <Ô_s, O_t>``, the sum of the
+    paper's two swapped runs, so one search serves both.
+    """
     if pair.seeds is None:
-        return embed(x_s, block_s, ec, params), embed(x_t, block_t, ec, params), block_s, block_t
-    seeds_s, seeds_t = (torch.from_numpy(a) for a in pair.seeds)
-    hat_s, hat_t = features.seed_swap(x_s, x_t, seeds_s, seeds_t)
-    o_s = torch.cat([embed(x_s, block_s, ec, params), embed(hat_s, block_s, ec, params)], 1)
-    o_t = torch.cat([embed(hat_t, block_t, ec, params), embed(x_t, block_t, ec, params)], 1)
-    return o_s, o_t, block_s, block_t
+        return [x_s], [x_t]
+    hat_s, hat_t = features.seed_swap(x_s, x_t, *(torch.from_numpy(a) for a in pair.seeds))
+    return [x_s, hat_s], [hat_t, x_t]
+
+
+def embeddings(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config,
+               ops: tuple[Operator, Operator]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Single-process TFGM embeddings ``O_s, O_t`` of every channel, concatenated."""
+    params = layer_params(cfg.embed, x_s.size(1), cfg.seed)
+    return tuple(torch.cat([embed(x, whole(op), cfg.embed, params) for x in xs], 1)
+                 for xs, op in zip(channels(pair, x_s, x_t), ops))
 
 
 def _searchable(n: int, restrict: np.ndarray | None, excluded: np.ndarray | None) -> np.ndarray:
@@ -156,6 +164,36 @@ def _searchable(n: int, restrict: np.ndarray | None, excluded: np.ndarray | None
     return np.flatnonzero(keep)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Which node numbers each search covers."""
+
+    rows: np.ndarray  # source numbers that are output (queries minus seed sources)
+    searched: np.ndarray  # sources the forward search ranks: all when refining or mutual
+    targets: np.ndarray  # targets searched among (candidates minus seed targets)
+    sources: np.ndarray | None  # sources the backward search ranks among; None: no backward
+
+
+def plan(pair: Pair, cfg: Config) -> Plan:
+    """The searches ``cfg`` needs on ``pair``; refinement and mutual need both directions."""
+    seeds_s, seeds_t = pair.seeds if pair.seeds is not None else (None, None)
+    n_s = pair.source.num_nodes
+    targets = _searchable(pair.target.num_nodes, pair.candidates, seeds_t)
+    if targets.size == 0:
+        raise InputError("no target is left to search (candidates minus seed targets is empty)")
+    rows = _searchable(n_s, pair.queries, seeds_s)
+    if cfg.refine.enabled or cfg.assign.method == "mutual":
+        return Plan(rows, np.arange(n_s), targets, _searchable(n_s, None, seeds_s))
+    return Plan(rows, rows, targets, None)
+
+
+def search_options(cfg: Config) -> dict:
+    """The FAISS index options of ``cfg.search``, as :func:`search.build_index` takes them."""
+    sc = cfg.search
+    return dict(kind=sc.index, nlist=sc.nlist or None, nprobe=sc.nprobe, hnsw_m=sc.hnsw_m,
+                ef_search=sc.ef_search, seed=cfg.seed)
+
+
 @dataclass
 class Scored:
     """Ranked candidates of a pair, before decoding."""
@@ -164,9 +202,10 @@ class Scored:
     backward: Candidates | None  # [n_t, k] target -> source lists, when refined or mutual
     rows: torch.Tensor  # source numbers that are output
     targets: np.ndarray  # target numbers that were searched
-    o_s: torch.Tensor  # embeddings, for a dense Hungarian on small graphs
-    o_t: torch.Tensor
-    refined: bool
+    num_targets: int
+    o_s: torch.Tensor | None  # embeddings, for a dense Hungarian on small graphs
+    o_t: torch.Tensor | None
+    refined: bool = False
 
 
 @dataclass
@@ -183,54 +222,64 @@ class Result:
 def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     """Run the features, embed, search and (optionally) refine stages on a loaded pair."""
     watch = watch or Stopwatch()
-    n_s, n_t = pair.source.num_nodes, pair.target.num_nodes
-    seeds_s, seeds_t = pair.seeds if pair.seeds is not None else (None, None)
     with watch.stage("features"):
         x_s, x_t = input_features(pair, cfg)
     with watch.stage("embed"):
-        o_s, o_t, block_s, block_t = embeddings(pair, x_s, x_t, cfg)
-    scale = cfg.embed.num_blocks * (1 if pair.seeds is None else 2)
-    targets = _searchable(n_t, pair.candidates, seeds_t)
-    if targets.size == 0:
-        raise InputError("no target is left to search (candidates minus seed targets is empty)")
-    sc = cfg.search
-    opts = dict(kind=sc.index, nlist=sc.nlist or None, nprobe=sc.nprobe, hnsw_m=sc.hnsw_m,
-                ef_search=sc.ef_search, seed=cfg.seed)
-    rows = torch.from_numpy(_searchable(n_s, pair.queries, seeds_s))
-    # Refinement and mutual decoding need every source's list, the rest only the output rows.
-    need_all = cfg.refine.enabled or cfg.assign.method == "mutual"
-    searched = np.arange(n_s) if need_all else rows.numpy()
+        ops = operators(pair, cfg)
+        o_s, o_t = embeddings(pair, x_s, x_t, cfg, ops)
+    p, k, opts = plan(pair, cfg), cfg.search.k, search_options(cfg)
     with watch.stage("search"):
-        forward = top_k(o_s[searched].numpy(), o_t.numpy(), sc.k, candidates=targets, **opts)
-        forward = forward.scatter_rows(torch.from_numpy(searched), n_s)
-        backward = (top_k(o_t[targets].numpy(), o_s.numpy(), sc.k,
-                          candidates=_searchable(n_s, None, seeds_s), **opts
-                          ).scatter_rows(torch.from_numpy(targets), n_t)
-                    if need_all else None)
-    if cfg.refine.enabled:
-        with watch.stage("refine"):
-            rc = cfg.refine
-            psi = EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
-                              self_loops=cfg.embed.self_loops, include_input=rc.include_input)
-            fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
-            common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scale, seed=cfg.seed)
-            fwd = refine(forward, block_s, block_t, fixed=fixed, **common)
-            bwd = refine(backward, block_t, block_s,
-                         fixed=None if fixed is None else (fixed[1], fixed[0]), **common)
-            forward, backward = merge(fwd, bwd, sc.k), merge(bwd, fwd, sc.k)
-    return Scored(forward, backward, rows, targets, o_s, o_t, cfg.refine.enabled)
+        forward = top_k(o_s[p.searched].numpy(), o_t.numpy(), k, candidates=p.targets, **opts)
+        forward = forward.scatter_rows(torch.from_numpy(p.searched), pair.source.num_nodes)
+        backward = None if p.sources is None else top_k(
+            o_t[p.targets].numpy(), o_s.numpy(), k, candidates=p.sources, **opts
+        ).scatter_rows(torch.from_numpy(p.targets), pair.target.num_nodes)
+    scored = Scored(forward, backward, torch.from_numpy(p.rows), p.targets,
+                    pair.target.num_nodes, o_s, o_t)
+    return refined(pair, cfg, scored, ops, watch)
 
 
-def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
-    """Run every stage but load and write on a loaded pair; metrics when gold is given."""
-    watch = watch or Stopwatch()
-    scored = score(pair, cfg, watch)
+def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operator],
+            watch: Stopwatch) -> Scored:
+    """``scored`` after the training-free consensus in both directions, when enabled."""
+    if not cfg.refine.enabled:
+        return scored
+    with watch.stage("refine"):
+        rc = cfg.refine
+        psi = EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
+                          self_loops=cfg.embed.self_loops, include_input=rc.include_input)
+        scale = cfg.embed.num_blocks * (1 if pair.seeds is None else 2)
+        fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
+        block_s, block_t = whole(ops[0]), whole(ops[1])
+        common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scale, seed=cfg.seed)
+        fwd = refine(scored.forward, block_s, block_t, fixed=fixed, **common)
+        bwd = refine(scored.backward, block_t, block_s,
+                     fixed=None if fixed is None else (fixed[1], fixed[0]), **common)
+    return replace(scored, forward=merge(fwd, bwd, cfg.search.k),
+                   backward=merge(bwd, fwd, cfg.search.k), refined=True)
+
+
+def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Result:
+    """The assign stage, and the metrics when gold pairs are given."""
     with watch.stage("assign"):
         matched, match_score = decode(scored, cfg.assign)
     result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score)
     if pair.gold is not None:
         result.metrics = evaluate(scored.forward, scored.rows, matched, pair.gold)
     return result
+
+
+def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
+    """Run every stage but load and write on a loaded pair; metrics when gold is given."""
+    watch = watch or Stopwatch()
+    return conclude(pair, score(pair, cfg, watch), cfg, watch)
+
+
+def dense_assignment(cfg: AssignConfig, rows: int, targets: int) -> bool:
+    """Whether ``one-to-one`` decoding runs the dense Hungarian on these sizes."""
+    return cfg.method == "one-to-one" and (
+        cfg.one_to_one == "hungarian"
+        or cfg.one_to_one == "auto" and max(rows, targets) <= cfg.dense_max_nodes)
 
 
 def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,11 +291,10 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
     if ac.method == "mutual":
         best = assign.mutual(forward, scored.backward)
         return best[rows], c.scores[:, 0]
-    dense_ok = max(rows.numel(), scored.targets.size) <= ac.dense_max_nodes
-    if ac.one_to_one == "hungarian" or (ac.one_to_one == "auto" and dense_ok):
+    if dense_assignment(ac, rows.numel(), scored.targets.size):
         cols = torch.from_numpy(scored.targets)
         if scored.refined:  # refined scores exist on the candidates only; elsewhere they are 0
-            dense = torch.zeros(rows.numel(), scored.o_t.size(0))
+            dense = torch.zeros(rows.numel(), scored.num_targets)
             valid = c.index >= 0
             r = torch.arange(rows.numel())[:, None].expand_as(c.index)
             dense[r[valid], c.index[valid]] = c.scores[valid]
@@ -256,7 +304,7 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
         picked = assign.hungarian(dense)
         match_score = dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
         return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
-    matched = assign.one_to_one(c, scored.o_t.size(0),
+    matched = assign.one_to_one(c, scored.num_targets,
                                 method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
     match_score = torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
     return matched, match_score

@@ -55,8 +55,16 @@ class Candidates:
 
     @staticmethod
     def sorted(scores: torch.Tensor, index: torch.Tensor) -> "Candidates":
-        """Candidates with each row ordered by descending score, padding (``-1``) last."""
+        """Candidates with each row ordered by descending score, equal scores by increasing
+        target number, padding (``-1``) last.
+
+        This order is canonical: however the targets were split into shards, equal lists
+        come out equal, so the tie-breaks of refinement and assignment agree.
+        """
         scores = scores.masked_fill(index < 0, -torch.inf)
+        by_index = torch.argsort(index.masked_fill(index < 0, torch.iinfo(index.dtype).max),
+                                 dim=1, stable=True)
+        scores, index = scores.gather(1, by_index), index.gather(1, by_index)
         order = torch.argsort(scores, dim=1, descending=True, stable=True)
         return Candidates(scores.gather(1, order), index.gather(1, order))
 
@@ -116,8 +124,7 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
         log.info("search: %d/%d queries", stop, n)
     if ids is not None:
         found = np.where(found >= 0, ids[np.maximum(found, 0)], -1)
-    scores[found < 0] = -np.inf
-    return Candidates(torch.from_numpy(scores), torch.from_numpy(found))
+    return Candidates.sorted(torch.from_numpy(scores), torch.from_numpy(found))
 
 
 def top_k(x_s: np.ndarray, x_t: np.ndarray, k: int, *, candidates: np.ndarray | None = None,
