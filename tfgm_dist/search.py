@@ -18,6 +18,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
+# Inner products through BLAS for any number of queries: FAISS's default switches to another
+# summation order below 20 queries, and a score must not depend on the batch it came in.
+faiss.cvar.distance_compute_blas_threshold = 1
+
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 
 
@@ -108,23 +112,34 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     """Top-``k`` rows of ``index`` for every query row, streamed in blocks of ``block``.
 
     ``ids`` maps the index's row numbers to target node numbers (used when the index holds
-    only a candidate subset of the targets).
+    only a candidate subset of the targets). The lists are canonical (see
+    :meth:`Candidates.sorted`), also where the ``k``-th score ties with scores beyond it:
+    those rows are searched again, wider, until the whole tie is seen. So the top-k of a
+    sharded index, merged, equals the top-k of one index (for exact ``flat`` indexes).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     n = queries.shape[0]
-    k_eff = min(k, index.ntotal)
-    scores = np.full((n, k), -np.inf, dtype=np.float32)
-    found = np.full((n, k), -1, dtype=np.int64)
+    ids = np.arange(index.ntotal, dtype=np.int64) if ids is None else ids
+    scores = torch.full((n, k), -torch.inf)
+    found = torch.full((n, k), -1, dtype=torch.long)
     for start in range(0, n, block):
         stop = min(start + block, n)
-        s, i = index.search(queries[start:stop], k_eff)
-        scores[start:stop, :k_eff], found[start:stop, :k_eff] = s, i
+        rows = np.arange(start, stop)
+        width = min(k + 1, index.ntotal)
+        while rows.size:
+            s, i = index.search(queries[rows], width)
+            c = Candidates.sorted(torch.from_numpy(s),
+                                  torch.from_numpy(np.where(i >= 0, ids[np.maximum(i, 0)], -1)))
+            kept = min(k, width)
+            scores[rows, :kept], found[rows, :kept] = c.scores[:, :kept], c.index[:, :kept]
+            if width <= k or width == index.ntotal:
+                break
+            tied = (s[:, k - 1] == s[:, -1]) & (i[:, -1] >= 0)
+            rows, width = rows[tied], min(2 * width, index.ntotal)
         log.info("search: %d/%d queries", stop, n)
-    if ids is not None:
-        found = np.where(found >= 0, ids[np.maximum(found, 0)], -1)
-    return Candidates.sorted(torch.from_numpy(scores), torch.from_numpy(found))
+    return Candidates(scores, found)
 
 
 def top_k(x_s: np.ndarray, x_t: np.ndarray, k: int, *, candidates: np.ndarray | None = None,
