@@ -12,6 +12,7 @@ from tfgm_dist.write import FORMAT, MANIFEST, check_output, commit, fingerprint,
     write_matches
 
 CONFIG = {"seed": 0, "top_k": 2}
+RUN = {"config": CONFIG, "versions": {"tfgm_dist": "0.1.0"}}
 
 
 def matches(n: int = 5, offset: int = 0) -> pa.Table:
@@ -26,7 +27,7 @@ def matches(n: int = 5, offset: int = 0) -> pa.Table:
 def run(out, table: pa.Table, metrics=None, **write_kwargs) -> dict:
     """One complete write: staging, matches, commit with a manifest listing the part."""
     with staging(out) as stage:
-        part = write_matches(stage, table, CONFIG, **write_kwargs)
+        part = write_matches(stage, table, RUN, **write_kwargs)
         commit(stage, out, metrics or {"hits@1": 50.0}, {"files": [part], "config": CONFIG})
     return part
 
@@ -82,6 +83,7 @@ def test_committed_run_has_readable_dataset_metrics_and_manifest(tmp_path):
     assert read.replace_schema_metadata(None).equals(table)
     file_meta = pq.read_schema(out / "matches" / "part-00000.parquet").metadata
     assert json.loads(file_meta[b"tfgm_dist.config"]) == CONFIG
+    assert json.loads(file_meta[b"tfgm_dist.versions"]) == RUN["versions"]
 
     assert json.loads((out / "metrics.json").read_text()) == metrics
     manifest = json.loads((out / MANIFEST).read_text())
@@ -113,7 +115,7 @@ def test_exception_before_commit_leaves_no_output_and_no_staging(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="boom"):
         with staging(out) as stage:
-            write_matches(stage, matches(), CONFIG)
+            write_matches(stage, matches(), RUN)
             assert stage.exists() and stage.parent == tmp_path
             raise RuntimeError("boom")
     assert not out.exists()
@@ -126,7 +128,7 @@ def test_exception_before_commit_keeps_the_previous_run_intact(tmp_path):
     before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(RuntimeError):
         with staging(out) as stage:
-            write_matches(stage, matches(9, offset=100), CONFIG)
+            write_matches(stage, matches(9, offset=100), RUN)
             raise RuntimeError("failed mid-run")
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert leftovers(tmp_path) == []

@@ -12,7 +12,7 @@ import logging
 import sys
 import tempfile
 import time
-from pathlib import Path
+from typing import Callable
 
 from . import write
 from .config import ASSIGN_METHODS, Config, load_config, with_overrides
@@ -22,48 +22,68 @@ from .pipeline import Stopwatch, align, load_pair, match_table, peak_rss_bytes
 log = logging.getLogger("tfgm_dist")
 
 
-def run(source: str | Path, target: str | Path, out: str | Path, cfg: Config, *,
-        fmt: str | None = None, seeds: str | Path | None = None, gold: str | Path | None = None,
-        candidates: str | Path | None = None, queries: str | Path | None = None,
-        overwrite: bool = False) -> dict:
-    """The whole job: load, align, write ``out`` atomically; returns the metrics written."""
-    out = write.check_output(out, overwrite)
+def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dict:
+    """The whole job ``cfg.job`` describes: load, align, write ``out`` atomically.
+
+    With ``cfg.ray.partitions`` > 0 the stages after load run on Ray (see
+    :mod:`tfgm_dist.distributed`); ``progress`` then hears of each embedding layer. Returns
+    the metrics written.
+    """
+    job = cfg.job
+    paths = {name: getattr(job, name) or None
+             for name in ("source", "target", "seeds", "gold", "candidates", "queries")}
+    for name in ("source", "target", "out"):
+        if not getattr(job, name):
+            raise InputError(f"no {name} given (argument or job.{name} in the config)")
+    out = write.check_output(job.out, job.overwrite)
     watch, start = Stopwatch(), time.perf_counter()
     with watch.stage("load"):
-        pair = load_pair(source, target, cfg, fmt=fmt, seeds=seeds, gold=gold,
-                         candidates=candidates, queries=queries)
+        pair = load_pair(paths["source"], paths["target"], cfg, fmt=job.format or None,
+                         seeds=paths["seeds"], gold=paths["gold"],
+                         candidates=paths["candidates"], queries=paths["queries"])
     log.info("source %s: %d nodes, %d edges; target %s: %d nodes, %d edges",
              pair.source.source, pair.source.num_nodes, pair.source.num_edges,
              pair.target.source, pair.target.num_nodes, pair.target.num_edges)
-    result = align(pair, cfg, watch)
+    about = {"config": cfg.to_dict(), "versions": write.versions(),
+             "inputs": {name: write.fingerprint(path) for name, path in paths.items() if path}}
     with write.staging(out) as stage:
-        with watch.stage("write"):
-            table = match_table(pair, result, cfg.top_k)
-            part = write.write_matches(stage, table, cfg.to_dict())
-        metrics = {**result.metrics,
+        if cfg.ray.partitions:
+            from . import distributed
+            distributed.connect(cfg.ray.address)
+            on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress)
+            quality, files = on_ray.align_and_write(stage, about)
+            extra = {"ray": on_ray.report()}
+        else:
+            result = align(pair, cfg, watch)
+            with watch.stage("write"):
+                files = [write.write_matches(stage, match_table(pair, result, cfg.top_k), about)]
+            quality, extra = result.metrics, {}
+        metrics = {**quality,
                    "seconds": {**watch.seconds, "total": time.perf_counter() - start},
                    "peak_rss_bytes": peak_rss_bytes(),
-                   "rows": table.num_rows,
+                   "rows": sum(f["rows"] for f in files),
                    "nodes": {"source": pair.source.num_nodes, "target": pair.target.num_nodes},
-                   "input_stats": {"source": pair.source.stats, "target": pair.target.stats}}
-        inputs = {name: write.fingerprint(path) for name, path in
-                  (("source", source), ("target", target), ("seeds", seeds), ("gold", gold),
-                   ("candidates", candidates), ("queries", queries)) if path is not None}
-        write.commit(stage, out, metrics, {"files": [part], "config": cfg.to_dict(),
-                                           "inputs": inputs, "versions": write.versions()})
+                   "input_stats": {"source": pair.source.stats, "target": pair.target.stats},
+                   **extra}
+        write.commit(stage, out, metrics, {"files": files, **about})
     return metrics
 
 
 def _config(args: argparse.Namespace) -> Config:
+    """The config file with the command line's settings on top."""
     cfg = load_config(args.config)
+    given = vars(args)
     overrides = {"top_k": args.top_k, "refine.enabled": args.refine, "assign.method": args.assign,
-                 "seed": args.seed}
+                 "seed": args.seed, "job.out": args.out,
+                 "job.overwrite": args.overwrite or None, "ray.partitions": args.partitions,
+                 "ray.address": args.ray_address}
+    for name in ("source", "target", "format", "seeds", "gold", "candidates", "queries"):
+        overrides[f"job.{name}"] = given.get(name)
     return with_overrides(cfg, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _run_options(p: argparse.ArgumentParser, out_required: bool = True) -> None:
-    p.add_argument("--out", required=out_required, help="output folder (matches/, "
-                   "metrics.json, manifest.json)")
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", help="output folder (matches/, metrics.json, manifest.json)")
     p.add_argument("--config", help="TOML or YAML file with any of the settings")
     p.add_argument("--top-k", type=int, help="rows written per source (default 1)")
     p.add_argument("--refine", action=argparse.BooleanOptionalAction, default=None,
@@ -72,6 +92,10 @@ def _run_options(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an output folder that holds a previous run")
+    p.add_argument("--partitions", type=int, help="run on Ray with P graph partitions "
+                   "(embedding actors and search shards); default: one process, no Ray")
+    p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a "
+                   "local cluster started in-process)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -80,8 +104,10 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("align", help="align SOURCE with TARGET")
-    a.add_argument("source", help="graph file or Parquet-layout folder")
-    a.add_argument("target", help="graph file or Parquet-layout folder")
+    a.add_argument("source", nargs="?", help="graph file or Parquet-layout folder "
+                   "(default: job.source of the config)")
+    a.add_argument("target", nargs="?", help="graph file or Parquet-layout folder "
+                   "(default: job.target of the config)")
     a.add_argument("--format", choices=("edgelist", "triples", "gw", "parquet"),
                    help="input format (default: from the extension)")
     a.add_argument("--seeds", help="known pairs: two-column TSV/CSV/Parquet (source, target)")
@@ -92,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="align a built-in synthetic pair (no data needed)")
     d.add_argument("--nodes", type=int, default=20000, help="nodes per graph (default 20000)")
-    _run_options(d, out_required=False)
+    _run_options(d)
 
     s = sub.add_parser("synth", help="write a synthetic pair in the Parquet input layout")
     s.add_argument("out", help="folder to write source/, target/ and gold.parquet into")
@@ -108,13 +134,14 @@ def parser() -> argparse.ArgumentParser:
 def _demo(args: argparse.Namespace) -> dict:
     from .synth import write_pair
 
-    out = Path(args.out or "tfgm-demo-out")
     cfg = _config(args)
+    out = cfg.job.out or "tfgm-demo-out"
     with tempfile.TemporaryDirectory(prefix="tfgm-demo-") as tmp:
         log.info("demo: writing a synthetic pair of %d nodes to %s", args.nodes, tmp)
         paths = write_pair(tmp, args.nodes, seed=cfg.seed)
-        metrics = run(paths["source"], paths["target"], out, cfg, gold=paths["gold"],
-                      overwrite=args.overwrite)
+        metrics = run(with_overrides(cfg, **{"job.source": str(paths["source"]),
+                                             "job.target": str(paths["target"]),
+                                             "job.gold": str(paths["gold"]), "job.out": out}))
     print(f"results in {out}/")
     return metrics
 
@@ -134,9 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             metrics = _demo(args)
         else:
-            metrics = run(args.source, args.target, args.out, _config(args), fmt=args.format,
-                          seeds=args.seeds, gold=args.gold, candidates=args.candidates,
-                          queries=args.queries, overwrite=args.overwrite)
+            metrics = run(_config(args))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -83,6 +83,38 @@ class AssignConfig:
         _at_least("dense_max_nodes", self.dense_max_nodes, 0)
 
 
+INPUT_FORMATS = ("", "edgelist", "triples", "gw", "parquet")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """What to align and where to put it; the command line's arguments override these."""
+
+    source: str = ""
+    target: str = ""
+    out: str = ""
+    format: str = ""  # "": from the extension
+    seeds: str = ""  # "": none (likewise gold, candidates, queries)
+    gold: str = ""
+    candidates: str = ""
+    queries: str = ""
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        _choice("format", self.format, INPUT_FORMATS)
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """Where and how wide the distributed run is."""
+
+    partitions: int = 0  # parts = embedding actors = search shards; 0: see cli / jobs.align
+    address: str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
+
+    def __post_init__(self) -> None:
+        _at_least("partitions", self.partitions, 0)
+
+
 @dataclass(frozen=True)
 class Config:
     seed: int = 0
@@ -92,6 +124,8 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)
     assign: AssignConfig = field(default_factory=AssignConfig)
+    job: JobConfig = field(default_factory=JobConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
         _at_least("top_k", self.top_k, 1)

@@ -92,14 +92,19 @@ def staging(out: Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def write_matches(stage: Path, matches: pa.Table, config: dict[str, Any],
+def write_matches(stage: Path, matches: pa.Table, run: dict[str, Any], part: int = 0,
                   row_group_size: int = 1 << 20) -> dict[str, Any]:
-    """Write the match rows into the staging folder; returns the manifest's file entry."""
-    part = stage / "matches" / "part-00000.parquet"
-    meta = {b"tfgm_dist.config": json.dumps(config).encode()}
-    pq.write_table(matches.replace_schema_metadata(meta), part, row_group_size=row_group_size)
-    return {"path": "matches/part-00000.parquet", "rows": matches.num_rows,
-            "bytes": part.stat().st_size}
+    """Write match rows as file ``part`` of the staged dataset; returns its manifest entry.
+
+    Each worker of a distributed run writes its own part. ``run`` (config, inputs, versions)
+    goes into every file's metadata as ``tfgm_dist.<key>`` JSON, so a file read on its own
+    still says what produced it.
+    """
+    name = f"matches/part-{part:05d}.parquet"
+    meta = {f"tfgm_dist.{key}".encode(): json.dumps(value).encode() for key, value in run.items()}
+    pq.write_table(matches.replace_schema_metadata(meta), stage / name,
+                   row_group_size=row_group_size)
+    return {"path": name, "rows": matches.num_rows, "bytes": (stage / name).stat().st_size}
 
 
 def commit(stage: Path, out: Path, metrics: dict[str, Any], manifest: dict[str, Any]) -> None:

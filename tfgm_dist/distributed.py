@@ -1,0 +1,350 @@
+"""The pipeline on Ray: partitioned embedding actors, sharded FAISS search, workers that write.
+
+The driver loads the pair and computes the input features. Everything that grows with the
+graphs then runs in Ray workers, and the driver hands them object references, not arrays:
+
+- **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
+  ``p`` holds part ``p``'s row blocks of both operators and, layer by layer, computes its rows
+  of :math:`F_l` from the previous layer's rows of its 1-hop halo, which it receives as the
+  object references of the parts that hold them.
+- **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
+  go through every shard, and one task per query part merges the per-shard top-k.
+- **refine, assign**: one task runs the single-process code on the merged candidates (both
+  stages are global), and returns the result cut into the source parts.
+- **write**: one task per source part writes its rows as one file of the Parquet dataset.
+
+An actor keeps nothing it cannot rebuild: each method's result depends only on the
+constructor's and its own arguments, and the FAISS indexes are caches. Ray restarts a killed
+actor, retries its calls, and the run produces the same output.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import ray
+import torch
+import torch.nn.functional as F
+
+from . import write
+from .config import Config
+from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
+from .partition import Partition, partition
+from .pipeline import (Pair, Plan, Scored, Stopwatch, channels, conclude, dense_assignment,
+                       input_features, match_table, operators, peak_rss_bytes, plan, refined,
+                       search_options)
+from .search import Candidates, build_index, search
+
+log = logging.getLogger("tfgm_dist")
+
+# Arrays from the object store are read-only; no stage writes into its inputs.
+warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+
+RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or task
+Progress = Callable[[str, dict], None]
+
+
+def connect(address: str = "") -> None:
+    """Join the Ray cluster at ``address`` (or ``RAY_ADDRESS``); else start one in-process.
+
+    An in-process cluster binds to loopback and runs no dashboard.
+    """
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if address:
+        log.info("ray: joining the cluster at %s", address)
+        ray.init(address=address, log_to_driver=True)
+    else:
+        log.info("ray: starting a local cluster on 127.0.0.1")
+        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=True)
+
+
+@dataclass
+class Usage:
+    """Seconds per stage and peak memory of one Ray process, for ``metrics.json``."""
+
+    role: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, stage: str, start: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def report(self) -> dict[str, Any]:
+        return {"role": self.role, "node": socket.gethostname(), "pid": os.getpid(),
+                "seconds": self.seconds, "peak_rss_bytes": peak_rss_bytes()}
+
+
+def _threads(num_cpus: float) -> int:
+    n = max(1, int(num_cpus))
+    torch.set_num_threads(n)
+    import faiss
+    faiss.omp_set_num_threads(n)
+    return n
+
+
+@dataclass(frozen=True)
+class GraphPart:
+    """What the actor of one part needs of one graph."""
+
+    block: RowBlock  # the part's rows of the operator, columns = its halo
+    inputs: list[np.ndarray]  # per channel, the part's rows of X, [n_p, d]
+    needs: list[int]  # parts holding the halo's rows, in the order they are passed
+    gather: np.ndarray  # halo rows within the concatenation of the needed parts' rows
+
+
+@ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
+class PartWorker:
+    """Part ``p`` of both graphs: its embedding rows, layer by layer, and its FAISS shard."""
+
+    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart], cfg: EmbedConfig,
+                 params: list[LayerParams], num_cpus: float, device: str) -> None:
+        self.threads = _threads(num_cpus)
+        self.p, self.parts, self.cfg, self.device = p, parts, cfg, device
+        self.params = [LayerParams(*(None if t is None else t.to(device)
+                                     for t in (q.weight, q.bias))) for q in params]
+        self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
+        self.indexes: dict[str, Any] = {}
+        self.usage = Usage(f"part {p}")
+
+    def first(self, g: int, c: int) -> np.ndarray:
+        """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
+        return F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
+
+    def layer(self, g: int, l: int, own: np.ndarray, *needed: np.ndarray) -> np.ndarray:
+        """:math:`F^{(l)}` rows of graph ``g`` from the previous layer's rows of the parts
+        in ``needs`` (``own``: this part's previous rows, for BasicTFGM's residual)."""
+        start = time.perf_counter()
+        part = self.parts[g]
+        h_halo = torch.from_numpy(np.concatenate(needed)[part.gather]).to(self.device)
+        out = layer(self.blocks[g], h_halo, self.params[l], self.cfg.relu)
+        if self.cfg.basic:
+            out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
+        self.usage.add("embed", start)
+        return out.cpu().numpy()
+
+    def concat(self, *blocks: np.ndarray) -> np.ndarray:
+        """The part's embedding rows: its per-layer (and per-channel) blocks side by side."""
+        return np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=np.float32)
+
+    def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict) -> tuple[np.ndarray,
+                                                                                      np.ndarray]:
+        """Top-``k`` of ``queries[rows]`` among this shard's ``base[base_rows]`` (node numbers
+        ``base_ids``). The FAISS index is built on first use under ``key`` and cached."""
+        start = time.perf_counter()
+        if key not in self.indexes:
+            self.indexes[key] = build_index(base[base_rows], **options)
+        c = search(self.indexes[key], queries[rows], k, ids=base_ids)
+        self.usage.add("search", start)
+        return c.scores.numpy(), c.index.numpy()
+
+    def report(self) -> dict[str, Any]:
+        return {**self.usage.report(), "threads": self.threads, "device": self.device}
+
+
+@ray.remote(num_cpus=0, max_retries=RESTARTS)
+def merge_top_k(k: int, *shards: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of the per-shard top-k lists of one query part (canonical order)."""
+    c = Candidates.sorted(torch.from_numpy(np.concatenate([s for s, _ in shards], 1)),
+                          torch.from_numpy(np.concatenate([i for _, i in shards], 1)))
+    return c.scores[:, :k].numpy(), c.index[:, :k].numpy()
+
+
+def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], n: int
+            ) -> Candidates:
+    """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""
+    scores = np.concatenate([s for s, _ in lists])
+    index = np.concatenate([i for _, i in lists])
+    return Candidates(torch.from_numpy(scores), torch.from_numpy(index)).scatter_rows(
+        torch.from_numpy(np.concatenate(rows)), n)
+
+
+def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
+            forward: list, forward_rows: list[np.ndarray], backward: list | None,
+            backward_rows: list[np.ndarray], embeddings: list | None) -> tuple:
+    """refine + assign on the merged candidates; the result cut into the source parts."""
+    _threads(num_cpus)
+    usage, watch = Usage("refine+assign"), Stopwatch()
+    fwd = _gather(ray.get(forward), forward_rows, pair.source.num_nodes)
+    bwd = None if backward is None else _gather(ray.get(backward), backward_rows,
+                                                pair.target.num_nodes)
+    o_s = o_t = None
+    if embeddings is not None:
+        o_s, o_t = (torch.from_numpy(e) for e in ray.get(embeddings))
+    scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
+                    o_s, o_t)
+    scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
+    result = conclude(pair, scored, cfg, watch)
+    usage.seconds = watch.seconds
+    which = part_s.part[result.rows.numpy()]
+    pieces = []
+    for q in range(part_s.num_parts):
+        m = torch.from_numpy(which == q)
+        pieces.append(replace(result, rows=result.rows[m],
+                              candidates=result.candidates.take_rows(m),
+                              matched=result.matched[m], matched_score=result.matched_score[m],
+                              metrics={}))
+    return (result.metrics, usage.report(), *pieces)
+
+
+@ray.remote(max_retries=RESTARTS)
+def _write_part(stage: str, q: int, pair: Pair, piece, top_k: int, run: dict) -> tuple:
+    """Write source part ``q``'s rows as file ``q`` of the staged dataset."""
+    start, usage = time.perf_counter(), Usage(f"write {q}")
+    entry = write.write_matches(Path(stage), match_table(pair, piece, top_k), run, part=q)
+    usage.add("write", start)
+    return entry, usage.report()
+
+
+@ray.remote
+def _embedding(*parts: np.ndarray) -> np.ndarray:
+    return np.concatenate(parts)
+
+
+def _resources() -> tuple[float, float]:
+    """CPUs and GPUs of the cluster."""
+    total = ray.cluster_resources()
+    return float(total.get("CPU", 1)), float(total.get("GPU", 0))
+
+
+def _graph_part(op, xs: list[torch.Tensor], parting: Partition, p: int) -> GraphPart:
+    nodes = torch.from_numpy(parting.nodes(p))
+    block = row_block(op, nodes)
+    halo = block.halo.numpy()
+    needs = sorted(set(parting.part[halo].tolist()))
+    sizes = np.bincount(parting.part, minlength=parting.num_parts)
+    offset = np.zeros(parting.num_parts, dtype=np.int64)
+    offset[needs] = np.cumsum([0] + [sizes[q] for q in needs[:-1]])
+    gather = offset[parting.part[halo]] + parting.position[halo]
+    return GraphPart(block, [x[nodes].numpy() for x in xs], needs, gather)
+
+
+class Run:
+    """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``."""
+
+    def __init__(self, pair: Pair, cfg: Config, partitions: int, watch: Stopwatch,
+                 progress: Progress | None = None) -> None:
+        self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
+        self.progress = progress or (lambda event, info: None)
+        cpus, gpus = _resources()
+        self.device = "cuda" if gpus else "cpu"
+        self.actor_cpus = cpus / partitions
+        self.actor_options = ({"num_cpus": 0, "num_gpus": gpus / partitions} if gpus
+                              else {"num_cpus": self.actor_cpus})
+        self.usage: list[dict] = []
+
+    def align_and_write(self, stage: Path, run: dict) -> tuple[dict, list[dict]]:
+        """Every stage after load; returns the metrics and the dataset's file entries."""
+        pair, cfg, P = self.pair, self.cfg, self.P
+        with self.watch.stage("features"):
+            x_s, x_t = input_features(pair, cfg)
+            ch = channels(pair, x_s, x_t)
+        with self.watch.stage("partition"):
+            ops = operators(pair, cfg)
+            self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed)
+                            for g in (pair.source, pair.target)]
+            parts = [[_graph_part(op, xs, parting, p) for op, xs, parting in
+                      zip(ops, ch, self.parting)] for p in range(P)]
+            params = layer_params(cfg.embed, x_s.size(1), cfg.seed)
+            self.needs = [[parts[p][g].needs for g in (0, 1)] for p in range(P)]
+            # Held for the run: a restarted actor is rebuilt from these objects.
+            self.part_refs = [ray.put(tuple(parts[p])) for p in range(P)]
+            del parts
+            self.workers = [PartWorker.options(**self.actor_options).remote(
+                p, self.part_refs[p], cfg.embed, params, self.actor_cpus, self.device)
+                for p in range(P)]
+        try:
+            with self.watch.stage("embed"):
+                emb = [self._embed(g, len(ch[g])) for g in (0, 1)]
+                ray.wait(emb[0] + emb[1], num_returns=2 * P)
+            pl = plan(pair, cfg)
+            with self.watch.stage("search"):
+                forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
+                backward = None if pl.sources is None else self._search(
+                    "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
+                ray.wait([*forward[0], *(backward[0] if backward else [])],
+                         num_returns=len(forward[0]) + (len(backward[0]) if backward else 0))
+            self.usage += ray.get([w.report.remote() for w in self.workers])
+        finally:
+            for w in self.workers:
+                ray.kill(w)
+        dense = (dense_assignment(cfg.assign, pl.rows.size, pl.targets.size)
+                 and not cfg.refine.enabled)
+        embeddings = ([_embedding.remote(*e) for e in emb] if dense else None)
+        with self.watch.stage("refine+assign"):
+            finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
+                              if node["Alive"])
+            out = ray.remote(_finish).options(num_returns=2 + P, num_cpus=finish_cpus,
+                                              max_retries=RESTARTS).remote(
+                self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
+                forward[1], None if backward is None else backward[0],
+                [] if backward is None else backward[1], embeddings)
+            metrics, finish_usage = ray.get(out[:2])
+        self.usage.append(finish_usage)
+        with self.watch.stage("write"):
+            light = ray.put(self._light_pair())
+            written = ray.get([_write_part.remote(str(stage), q, light, out[2 + q], cfg.top_k,
+                                                  run) for q in range(P)])
+        self.usage += [u for _, u in written]
+        return metrics, [entry for entry, _ in written]
+
+    def report(self) -> dict[str, Any]:
+        """What the run's metrics say about the distribution."""
+        return {"partitions": self.P, "partitioner": self.parting[0].method,
+                "cut_edges": [pt.cut_edges(g.edge_index) for pt, g in
+                              zip(self.parting, (self.pair.source, self.pair.target))],
+                "device": self.device, "processes": self.usage}
+
+    def _light_pair(self) -> Pair:
+        """The pair without node features and names: what the later stages need."""
+        strip = dict(features=None, names=None)
+        return replace(self.pair, source=replace(self.pair.source, **strip),
+                       target=replace(self.pair.target, **strip))
+
+    def _embed(self, g: int, num_channels: int) -> list[ray.ObjectRef]:
+        """Per part, the object reference of graph ``g``'s embedding rows."""
+        ec, P, w = self.cfg.embed, self.P, self.workers
+        blocks: list[list[ray.ObjectRef]] = [[] for _ in range(P)]
+        for c in range(num_channels):
+            h = [w[p].first.remote(g, c) for p in range(P)]
+            layers = [h] if ec.include_input else []
+            for l in range(ec.layers):
+                self.progress("embed-layer", {"graph": g, "channel": c, "layer": l + 1,
+                                              "workers": w})
+                log.info("embed: graph %s, channel %d, layer %d/%d on %d parts",
+                         "st"[g], c, l + 1, ec.layers, P)
+                h = [w[p].layer.remote(g, l, h[p], *[h[q] for q in self.needs[p][g]])
+                     for p in range(P)]
+                layers.append(h)
+            for p in range(P):
+                blocks[p] += [layers[-1][p]] if ec.basic else [lay[p] for lay in layers]
+        return [w[p].concat.remote(*blocks[p]) for p in range(P)]
+
+    def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
+                base: list, base_nodes: np.ndarray) -> tuple[list, list[np.ndarray]]:
+        """Per query part, the merged top-k of its ``query_nodes`` over every shard."""
+        k, opts = self.cfg.search.k, search_options(self.cfg)
+        qpart = self.parting[1 - base_graph]
+        bpart = self.parting[base_graph]
+        shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
+        shard_rows = [bpart.position[ids] for ids in shard_ids]
+        merged, rows = [], []
+        for q in range(self.P):
+            nodes = query_nodes[qpart.part[query_nodes] == q]
+            local = qpart.position[nodes]
+            hits = [self.workers[p].search.remote(key, k, queries[q], local, base[p],
+                                                  shard_rows[p], shard_ids[p], opts)
+                    for p in range(self.P) if shard_ids[p].size]
+            merged.append(merge_top_k.remote(k, *hits))
+            rows.append(nodes)
+            log.info("search %s: part %d/%d, %d queries through %d shards", key, q + 1,
+                     self.P, nodes.size, len(hits))
+        return merged, rows
