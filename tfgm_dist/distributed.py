@@ -205,8 +205,12 @@ def _write_part(stage: str, q: int, pair: Pair, piece, top_k: int, run: dict) ->
 
 
 @ray.remote
-def _embedding(*parts: np.ndarray) -> np.ndarray:
-    return np.concatenate(parts)
+def _embedding(parting: Partition, *parts: np.ndarray) -> np.ndarray:
+    """A whole graph's embedding from its parts' rows (only for the dense Hungarian)."""
+    out = np.empty((parting.part.size, parts[0].shape[1]), dtype=np.float32)
+    for p, rows in enumerate(parts):
+        out[parting.nodes(p)] = rows
+    return out
 
 
 def _resources() -> tuple[float, float]:
@@ -278,7 +282,8 @@ class Run:
                 ray.kill(w)
         dense = (dense_assignment(cfg.assign, pl.rows.size, pl.targets.size)
                  and not cfg.refine.enabled)
-        embeddings = ([_embedding.remote(*e) for e in emb] if dense else None)
+        embeddings = ([_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
+                      if dense else None)
         with self.watch.stage("refine+assign"):
             finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
                               if node["Alive"])

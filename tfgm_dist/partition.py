@@ -93,6 +93,6 @@ def _symmetric(edge_index: torch.Tensor, n: int) -> sp.csr_matrix:
 
 def _metis(adj: sp.csr_matrix, parts: int, seed: int) -> np.ndarray:
     options = pymetis.Options(seed=seed)
-    _, membership = pymetis.part_graph(parts, xadj=adj.indptr, adjncy=adj.indices,
+    _, membership = pymetis.part_graph(parts, pymetis.CSRAdjacency(adj.indptr, adj.indices),
                                        options=options)
     return np.asarray(membership, dtype=np.int64)

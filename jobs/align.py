@@ -1,0 +1,50 @@
+"""The Ray job entrypoint: ``python -m jobs.align CONFIG``, what ``ray job submit`` runs.
+
+CONFIG is the command line's config file (TOML or YAML) with a ``[job]`` section naming the
+inputs and the output, and a ``[ray]`` section. It runs ``tfgm-dist align --config CONFIG``
+on the cluster the job was submitted to (``RAY_ADDRESS``), or on ``ray.address``, or on a
+local cluster started in-process. ``ray.partitions = 0`` picks one partition per GPU, else
+one per two CPUs of the cluster.
+
+    ray job submit --address http://127.0.0.1:8265 --working-dir . -- \\
+        python -m jobs.align jobs/configs/yeast-job.toml
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tfgm_dist import cli
+from tfgm_dist.config import load_config
+from tfgm_dist.graph import InputError
+
+
+def partitions(configured: int, address: str) -> int:
+    """``configured``, or for 0 one per GPU of the cluster, else one per two CPUs."""
+    if configured:
+        return configured
+    import ray
+
+    from tfgm_dist.distributed import connect
+    connect(address)
+    total = ray.cluster_resources()
+    return int(total.get("GPU", 0)) or max(1, int(total.get("CPU", 1)) // 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.align", description=__doc__.splitlines()[0])
+    p.add_argument("config", help="TOML or YAML job config with [job] and [ray] sections")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress in the job log")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    parts = partitions(cfg.ray.partitions, cfg.ray.address)
+    return cli.main([*(["-q"] if args.quiet else []), "align", "--config", args.config,
+                     "--partitions", str(parts)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

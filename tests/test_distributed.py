@@ -1,0 +1,145 @@
+"""The Ray pipeline on a real local cluster: the same rows as one process, for any P, and
+after an actor is killed mid-embedding."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import ray
+import torch
+
+from tfgm_dist import cli
+from tfgm_dist.config import Config, load_config, with_overrides
+from tfgm_dist.graph import InputError
+from tfgm_dist.partition import partition
+from tfgm_dist.synth import write_pair
+
+ROOT = Path(__file__).resolve().parents[1]
+YEAST = ROOT.parent / "shared" / "data" / "yeast_ppi"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real two-CPU Ray cluster in this process, bound to loopback."""
+    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2,
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def rows(out: Path):
+    """The written dataset in a canonical order, and its manifest."""
+    table = ds.dataset(out / "matches", format="parquet").to_table()
+    table = table.replace_schema_metadata(None)
+    return (table.sort_by([("source_id", "ascending"), ("rank", "ascending")]),
+            json.loads((out / "manifest.json").read_text()))
+
+
+def job(cfg: Config, out: Path, partitions: int, **paths) -> Config:
+    return with_overrides(cfg, **{"job.out": str(out), "ray.partitions": partitions,
+                                  **{f"job.{k}": str(v) for k, v in paths.items()}})
+
+
+def assert_same_rows(a: Path, b: Path) -> None:
+    (ta, _), (tb, _) = rows(a), rows(b)
+    assert ta.num_rows == tb.num_rows > 0
+    for name in ("source_id", "target_id", "rank"):
+        assert ta.column(name).equals(tb.column(name)), name
+    np.testing.assert_allclose(ta.column("score").to_numpy(), tb.column("score").to_numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_partition_covers_every_node_once_in_non_empty_parts():
+    src, dst = torch.randint(0, 500, (2, 3000))
+    for method in ("metis", "rcm"):
+        pt = partition(torch.stack([src, dst]), 500, 3, method=method)
+        assert np.bincount(pt.part, minlength=3).min() > 0
+        for p in range(3):
+            nodes = pt.nodes(p)
+            assert (pt.position[nodes] == np.arange(nodes.size)).all()
+        assert pt.cut_edges(torch.stack([src, dst])) < 3000
+
+
+def test_partition_refuses_more_parts_than_nodes():
+    with pytest.raises(InputError, match="partitions = 4 exceeds the graph's 3 nodes"):
+        partition(torch.tensor([[0, 1], [1, 2]]), 3, 4)
+
+
+@pytest.mark.skipif(not YEAST.exists(), reason=f"benchmark data not found at {YEAST}")
+def test_yeast_on_ray_equals_one_process_for_p_1_2_3(cluster, tmp_path):
+    base = with_overrides(load_config(ROOT / "jobs" / "configs" / "yeast.toml"),
+                          **{"refine.steps": 10, "search.k": 50})
+    paths = dict(source=YEAST / "yeast0_Y2H1.txt", target=YEAST / "yeast10_Y2H1.txt")
+    single = cli.run(job(base, tmp_path / "single", 0, **paths))
+    for p in (1, 2, 3):
+        metrics = cli.run(job(base, tmp_path / f"p{p}", p, **paths))
+        assert_same_rows(tmp_path / "single", tmp_path / f"p{p}")
+        assert metrics["ray"]["partitions"] == p
+        assert len(list((tmp_path / f"p{p}" / "matches").iterdir())) == p
+        roles = [proc["role"] for proc in metrics["ray"]["processes"]]
+        assert roles[:p] == [f"part {q}" for q in range(p)] and "refine+assign" in roles
+        assert all(proc["peak_rss_bytes"] > 0 for proc in metrics["ray"]["processes"])
+        assert {"embed", "search", "refine+assign", "write"} <= set(metrics["seconds"])
+    assert single["rows"] == metrics["rows"] == 1004
+
+
+@pytest.mark.parametrize("assign", ["hungarian", "sparse"])
+def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path, assign):
+    data = write_pair(tmp_path / "data", 1500, seed=3)
+    seeds = tmp_path / "seeds.parquet"
+    pq.write_table(pq.read_table(data["gold"]).slice(0, 150), seeds)
+    base = from_toml(f"""
+        top_k = 3
+        [embed]
+        layers = 2
+        [search]
+        k = 10
+        [assign]
+        method = "one-to-one"
+        one_to_one = "{assign}"
+    """)
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"], seeds=seeds)
+    single = cli.run(job(base, tmp_path / "single", 0, **paths))
+    for p in (2, 3):
+        metrics = cli.run(job(base, tmp_path / f"p{p}", p, **paths))
+        assert_same_rows(tmp_path / "single", tmp_path / f"p{p}")
+        assert metrics["accuracy"] == single["accuracy"] > 50
+    _, manifest = rows(tmp_path / "p3")
+    assert [f["path"] for f in manifest["files"]] == [f"matches/part-{q:05d}.parquet"
+                                                      for q in range(3)]
+    meta = pq.read_schema(tmp_path / "p3" / manifest["files"][1]["path"]).metadata
+    assert json.loads(meta[b"tfgm_dist.config"])["ray"]["partitions"] == 3
+    assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold", "seeds"}
+
+
+def test_an_actor_killed_mid_embedding_is_restarted_and_the_output_is_identical(cluster,
+                                                                               tmp_path):
+    data = write_pair(tmp_path / "data", 1500, seed=5)
+    base = from_toml("""
+        [embed]
+        layers = 4
+        [search]
+        k = 10
+    """)
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    cli.run(job(base, tmp_path / "calm", 2, **paths))
+    killed = []
+
+    def kill_at_layer_3(event: str, info: dict) -> None:
+        if event == "embed-layer" and info["graph"] == 1 and info["layer"] == 3 and not killed:
+            ray.kill(info["workers"][1], no_restart=False)
+            killed.append(info["workers"][1])
+
+    cli.run(job(base, tmp_path / "killed", 2, **paths), progress=kill_at_layer_3)
+    assert killed
+    assert_same_rows(tmp_path / "calm", tmp_path / "killed")
+
+
+def from_toml(text: str) -> Config:
+    import textwrap
+    import tomllib
+
+    from tfgm_dist.config import from_dict
+    return from_dict(tomllib.loads(textwrap.dedent(text)))
