@@ -4,12 +4,13 @@ import json
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from tfgm_dist.graph import InputError
-from tfgm_dist.write import FORMAT, MANIFEST, check_output, commit, fingerprint, staging, \
-    write_matches
+from tfgm_dist.write import FORMAT, MANIFEST, Location, check_output, commit, fingerprint, \
+    location, staging, write_matches
 
 CONFIG = {"seed": 0, "top_k": 2}
 RUN = {"config": CONFIG, "versions": {"tfgm_dist": "0.1.0"}}
@@ -26,6 +27,7 @@ def matches(n: int = 5, offset: int = 0) -> pa.Table:
 
 def run(out, table: pa.Table, metrics=None, **write_kwargs) -> dict:
     """One complete write: staging, matches, commit with a manifest listing the part."""
+    out = location(out)
     with staging(out) as stage:
         part = write_matches(stage, table, RUN, **write_kwargs)
         commit(stage, out, metrics or {"hits@1": 50.0}, {"files": [part], "config": CONFIG})
@@ -37,9 +39,10 @@ def leftovers(parent) -> list[str]:
 
 
 def test_check_output_accepts_a_new_path_and_an_empty_folder(tmp_path):
-    assert check_output(tmp_path / "new", overwrite=False) == tmp_path / "new"
+    assert check_output(tmp_path / "new", overwrite=False).path == str(tmp_path / "new")
     (tmp_path / "empty").mkdir()
-    assert check_output(str(tmp_path / "empty"), overwrite=False) == tmp_path / "empty"
+    assert check_output(f"file://{tmp_path}/empty", overwrite=False).path == \
+        str(tmp_path / "empty")
     assert not (tmp_path / "new").exists()  # checking creates nothing
 
 
@@ -58,7 +61,7 @@ def test_check_output_refuses_previous_run_without_overwrite_and_accepts_with_it
     run(out, matches())
     with pytest.raises(InputError, match="previous run; pass --overwrite"):
         check_output(out, overwrite=False)
-    assert check_output(out, overwrite=True) == out
+    assert check_output(out, overwrite=True).path == str(out)
     assert (out / MANIFEST).exists()
 
 
@@ -114,9 +117,9 @@ def test_empty_result_still_writes_schema_and_zero_rows(tmp_path):
 def test_exception_before_commit_leaves_no_output_and_no_staging(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="boom"):
-        with staging(out) as stage:
+        with staging(location(out)) as stage:
             write_matches(stage, matches(), RUN)
-            assert stage.exists() and stage.parent == tmp_path
+            assert stage.parent.path == str(tmp_path) and stage.name.startswith(".out.staging")
             raise RuntimeError("boom")
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
@@ -127,7 +130,7 @@ def test_exception_before_commit_keeps_the_previous_run_intact(tmp_path):
     run(out, matches(3))
     before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(RuntimeError):
-        with staging(out) as stage:
+        with staging(location(out)) as stage:
             write_matches(stage, matches(9, offset=100), RUN)
             raise RuntimeError("failed mid-run")
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
@@ -149,6 +152,27 @@ def test_commit_over_a_previous_run_replaces_it_whole(tmp_path):
     assert json.loads((out / "metrics.json").read_text()) == {"hits@1": 2.0}
     assert json.loads((out / MANIFEST).read_text())["files"][0]["rows"] == 3
     assert leftovers(tmp_path) == []  # neither staging nor the renamed old run remain
+
+
+def test_object_store_commit_copies_the_manifest_last_and_replaces_the_old_run(tmp_path):
+    """A filesystem without folder rename (here a SubTree filesystem, as S3 or GCS would be)
+    takes the copy path: the old run is retracted, the new one copied, manifest last."""
+    store = Location(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), "lake/run")
+    assert not store.local
+    run(store, matches(6), {"hits@1": 1.0})
+    (tmp_path / "lake" / "run" / "matches" / "part-00001.parquet").write_bytes(b"stale")
+    copied = []
+    real_copy = pafs.SubTreeFileSystem.copy_file
+    check_output(store, overwrite=True)
+    run(store, matches(3, offset=50), {"hits@1": 2.0})
+    out = tmp_path / "lake" / "run"
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "matches", "metrics.json"]
+    assert [p.name for p in (out / "matches").iterdir()] == ["part-00000.parquet"]
+    assert ds.dataset(out / "matches", format="parquet").count_rows() == 3
+    assert json.loads((out / "metrics.json").read_text()) == {"hits@1": 2.0}
+    newest = max(out.rglob("*"), key=lambda p: p.stat().st_mtime_ns)
+    assert newest.name == MANIFEST
+    assert leftovers(tmp_path / "lake") == []
 
 
 def test_commit_into_an_existing_empty_folder(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -197,7 +197,18 @@ def load_config(path: str | Path | None) -> Config:
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
         raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: "
                          f"{str(e).splitlines()[0]}") from None
-    return from_dict(data, str(path))
+    cfg = from_dict(data, str(path))
+    return replace(cfg, job=_relative_to(cfg.job, path.resolve().parent))
+
+
+def _relative_to(job: JobConfig, folder: Path) -> JobConfig:
+    """``job`` with its relative local paths taken relative to ``folder`` (the config's)."""
+    paths = {}
+    for f in dataclasses.fields(JobConfig):
+        value = getattr(job, f.name)
+        if isinstance(value, str) and value and "://" not in value and f.name != "format":
+            paths[f.name] = str(folder / value)
+    return replace(job, **paths)
 
 
 def with_overrides(cfg: Config, **overrides: Any) -> Config:

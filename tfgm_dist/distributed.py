@@ -25,12 +25,12 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import ray
 import torch
+from ray._private import ray_constants
 import torch.nn.functional as F
 
 from . import write
@@ -64,6 +64,10 @@ def connect(address: str = "") -> None:
         ray.init(address=address, log_to_driver=True)
     else:
         log.info("ray: starting a local cluster on 127.0.0.1")
+        # On Linux, Ray binds its servers to every interface even with a loopback node
+        # address; its single-machine mode (the Windows/macOS default) keeps them on loopback.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
         ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=True)
 
 
@@ -196,10 +200,11 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
 
 
 @ray.remote(max_retries=RESTARTS)
-def _write_part(stage: str, q: int, pair: Pair, piece, top_k: int, run: dict) -> tuple:
+def _write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: int, run: dict
+                ) -> tuple:
     """Write source part ``q``'s rows as file ``q`` of the staged dataset."""
     start, usage = time.perf_counter(), Usage(f"write {q}")
-    entry = write.write_matches(Path(stage), match_table(pair, piece, top_k), run, part=q)
+    entry = write.write_matches(stage, match_table(pair, piece, top_k), run, part=q)
     usage.add("write", start)
     return entry, usage.report()
 
@@ -245,7 +250,7 @@ class Run:
                               else {"num_cpus": self.actor_cpus})
         self.usage: list[dict] = []
 
-    def align_and_write(self, stage: Path, run: dict) -> tuple[dict, list[dict]]:
+    def align_and_write(self, stage: write.Location, run: dict) -> tuple[dict, list[dict]]:
         """Every stage after load; returns the metrics and the dataset's file entries."""
         pair, cfg, P = self.pair, self.cfg, self.P
         with self.watch.stage("features"):
@@ -296,7 +301,7 @@ class Run:
         self.usage.append(finish_usage)
         with self.watch.stage("write"):
             light = ray.put(self._light_pair())
-            written = ray.get([_write_part.remote(str(stage), q, light, out[2 + q], cfg.top_k,
+            written = ray.get([_write_part.remote(stage, q, light, out[2 + q], cfg.top_k,
                                                   run) for q in range(P)])
         self.usage += [u for _, u in written]
         return metrics, [entry for entry, _ in written]

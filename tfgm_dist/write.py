@@ -6,9 +6,12 @@ Layout of ``OUT``::
     OUT/metrics.json                 hits@1, hits@10, mrr, accuracy, seconds, peak_rss_bytes
     OUT/manifest.json                written last: files, row counts, config, inputs, versions
 
-Everything is written into a hidden staging folder beside ``OUT`` and renamed into place
-in one step, so a reader sees either the previous complete result or the new one, never a
-half-written one, and a failed run leaves nothing behind.
+``OUT`` is a local path or a pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``,
+``file://``). Everything is written into a hidden staging folder beside ``OUT``. On a local
+filesystem it is renamed into place in one step, so a reader sees either the previous
+complete result or the new one; on an object store, which cannot rename a folder, the old
+manifest is retracted first and the new one copied last, so a reader that waits for
+``manifest.json`` never sees half a result. A failed run leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -20,10 +23,12 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .graph import InputError
@@ -59,40 +64,92 @@ def versions() -> dict[str, str]:
             "pyarrow": pa.__version__, "scipy": scipy.__version__}
 
 
-def check_output(out: str | Path, overwrite: bool) -> Path:
+@dataclass(frozen=True)
+class Location:
+    """A folder on a pyarrow filesystem: a local path, ``file://``, ``s3://``, ``gs://``,
+    ``hdfs://`` ... (whatever ``pyarrow.fs.FileSystem.from_uri`` resolves)."""
+
+    fs: pafs.FileSystem
+    path: str
+
+    def __truediv__(self, name: str) -> "Location":
+        return Location(self.fs, f"{self.path.rstrip('/')}/{name}")
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> "Location":
+        return Location(self.fs, self.path.rstrip("/").rsplit("/", 1)[0] or "/")
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def info(self) -> pafs.FileInfo:
+        return self.fs.get_file_info(self.path)
+
+    def listing(self) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
+
+    def write_text(self, text: str) -> None:
+        with self.fs.open_output_stream(self.path) as f:
+            f.write(text.encode())
+
+    def __str__(self) -> str:
+        return self.path if self.local else f"{self.fs.type_name}://{self.path}"
+
+
+def location(out: str | Path | Location) -> Location:
+    """The :class:`Location` of a path or URI; relative local paths are made absolute."""
+    if isinstance(out, Location):
+        return out
+    text = str(out)
+    if "://" in text:
+        try:
+            fs, path = pafs.FileSystem.from_uri(text)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+            raise InputError(f"{text}: cannot open this output location ({e})") from None
+        return Location(fs, path)
+    return Location(pafs.LocalFileSystem(), os.path.abspath(text))
+
+
+def check_output(out: str | Path | Location, overwrite: bool) -> Location:
     """Validate ``out`` before any work is done: refuse to replace a different run's output.
 
     A folder that holds a tfgm-dist manifest is replaced only with ``overwrite``; any other
-    existing, non-empty path is never touched.
+    existing, non-empty folder is never touched.
     """
-    out = Path(out)
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(f"{out}: output path exists and is not a folder")
-        if any(out.iterdir()):
-            if not (out / MANIFEST).exists():
-                raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
-                                 "result; refusing to write into it")
-            if not overwrite:
-                raise InputError(f"{out}: holds a previous run; pass --overwrite to replace it")
-    if not out.parent.exists():
+    out = location(out)
+    info = out.info()
+    if info.type == pafs.FileType.File:
+        raise InputError(f"{out}: output path exists and is not a folder")
+    if info.type == pafs.FileType.Directory and out.listing():
+        if (out / MANIFEST).info().type != pafs.FileType.File:
+            raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
+                             "result; refusing to write into it")
+        if not overwrite:
+            raise InputError(f"{out}: holds a previous run; pass --overwrite to replace it")
+    if out.local and not os.path.isdir(out.parent.path):
         raise InputError(f"{out.parent}: parent folder of the output does not exist")
     return out
 
 
 @contextmanager
-def staging(out: Path) -> Iterator[Path]:
-    """A hidden staging folder beside ``out``; removed whatever happens (after a commit it
-    no longer exists)."""
+def staging(out: Location) -> Iterator[Location]:
+    """A hidden staging folder beside ``out``, on its filesystem; removed whatever happens
+    (after a commit it no longer exists)."""
     stage = out.parent / f".{out.name}.staging-{uuid.uuid4().hex[:8]}"
-    (stage / "matches").mkdir(parents=True)
+    stage.fs.create_dir((stage / "matches").path, recursive=True)
     try:
         yield stage
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage.info().type != pafs.FileType.NotFound:
+            stage.fs.delete_dir(stage.path)
 
 
-def write_matches(stage: Path, matches: pa.Table, run: dict[str, Any], part: int = 0,
+def write_matches(stage: Location, matches: pa.Table, run: dict[str, Any], part: int = 0,
                   row_group_size: int = 1 << 20) -> dict[str, Any]:
     """Write match rows as file ``part`` of the staged dataset; returns its manifest entry.
 
@@ -102,21 +159,26 @@ def write_matches(stage: Path, matches: pa.Table, run: dict[str, Any], part: int
     """
     name = f"matches/part-{part:05d}.parquet"
     meta = {f"tfgm_dist.{key}".encode(): json.dumps(value).encode() for key, value in run.items()}
-    pq.write_table(matches.replace_schema_metadata(meta), stage / name,
-                   row_group_size=row_group_size)
-    return {"path": name, "rows": matches.num_rows, "bytes": (stage / name).stat().st_size}
+    pq.write_table(matches.replace_schema_metadata(meta), (stage / name).path,
+                   filesystem=stage.fs, row_group_size=row_group_size)
+    return {"path": name, "rows": matches.num_rows, "bytes": (stage / name).info().size}
 
 
-def commit(stage: Path, out: Path, metrics: dict[str, Any], manifest: dict[str, Any]) -> None:
+def commit(stage: Location, out: Location, metrics: dict[str, Any],
+           manifest: dict[str, Any]) -> None:
     """Write ``metrics.json`` and, last, the manifest; then move the result to ``out``."""
     (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     manifest = {"format": FORMAT,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **manifest}
     (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    _swap_in(stage, out)
+    if out.local:
+        _swap_in(Path(stage.path), Path(out.path))
+    else:
+        _copy_in(stage, out)
 
 
 def _swap_in(stage: Path, out: Path) -> None:
+    """Local filesystems: two renames, so ``out`` is always a whole run."""
     if out.exists() and any(out.iterdir()):
         old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
         os.rename(out, old)
@@ -126,3 +188,18 @@ def _swap_in(stage: Path, out: Path) -> None:
         if out.exists():
             out.rmdir()
         os.rename(stage, out)
+
+
+def _copy_in(stage: Location, out: Location) -> None:
+    """Object stores have no folder rename: retract the old manifest, copy the new files,
+    and copy the manifest last, so a reader that waits for it never sees a partial result."""
+    fs = out.fs
+    if (out / MANIFEST).info().type == pafs.FileType.File:
+        fs.delete_file((out / MANIFEST).path)
+    fs.delete_dir_contents(out.path, missing_dir_ok=True)
+    files = sorted(i.path for i in stage.listing() if i.type == pafs.FileType.File)
+    for src in sorted(files, key=lambda f: f.endswith("/" + MANIFEST)):
+        dst = out / src[len(stage.path.rstrip("/")) + 1:]
+        fs.create_dir(dst.parent.path, recursive=True)
+        fs.copy_file(src, dst.path)
+    fs.delete_dir(stage.path)
