@@ -437,3 +437,20 @@ def test_demo_aligns_a_synthetic_pair(tmp_path):
     assert read_matches(out).num_rows == 2000
     assert (out / "manifest.json").is_file()
     assert hidden(tmp_path) == []
+
+
+def test_inputs_and_output_may_be_filesystem_uris(synth, tmp_path):
+    out = tmp_path / "lake" / "run"
+    out.parent.mkdir()
+    assert align(f"file://{synth['source']}", f"file://{synth['target']}", f"file://{out}",
+                 "--gold", f"file://{synth['gold']}") == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["source"]["path"] == f"file://{synth['source']}"
+    assert metrics_of(out)["hits@1"] > 50
+
+
+def test_an_input_uri_that_does_not_exist_is_one_error_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert align("mock:///lake/source", "mock:///lake/target", out) == 2
+    assert capsys.readouterr().err.strip() == "error: mock:///lake/source: no such file or folder"
+    assert not out.exists()

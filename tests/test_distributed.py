@@ -14,7 +14,7 @@ from tfgm_dist import cli
 from tfgm_dist.distributed import connect
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.graph import InputError
-from tfgm_dist.partition import partition
+from tfgm_dist.partition import partition, pymetis
 from tfgm_dist.synth import write_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def assert_same_rows(a: Path, b: Path) -> None:
 
 def test_partition_covers_every_node_once_in_non_empty_parts():
     src, dst = torch.randint(0, 500, (2, 3000))
-    for method in ("metis", "rcm"):
+    for method in ("metis", "rcm") if pymetis else ("rcm",):
         pt = partition(torch.stack([src, dst]), 500, 3, method=method)
         assert np.bincount(pt.part, minlength=3).min() > 0
         for p in range(3):

@@ -17,6 +17,7 @@ from typing import Callable
 from . import write
 from .config import ASSIGN_METHODS, Config, load_config, with_overrides
 from .graph import InputError
+from .load import fetch
 from .pipeline import Stopwatch, align, load_pair, match_table, peak_rss_bytes
 
 log = logging.getLogger("tfgm_dist")
@@ -37,15 +38,17 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
             raise InputError(f"no {name} given (argument or job.{name} in the config)")
     out = write.check_output(job.out, job.overwrite)
     watch, start = Stopwatch(), time.perf_counter()
-    with watch.stage("load"):
-        pair = load_pair(paths["source"], paths["target"], cfg, fmt=job.format or None,
-                         seeds=paths["seeds"], gold=paths["gold"],
-                         candidates=paths["candidates"], queries=paths["queries"])
+    with tempfile.TemporaryDirectory(prefix="tfgm-inputs-") as tmp, watch.stage("load"):
+        local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
+        pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
+                         seeds=local["seeds"], gold=local["gold"],
+                         candidates=local["candidates"], queries=local["queries"])
+        inputs = {name: {**write.fingerprint(local[name]), "path": path}
+                  for name, path in paths.items() if path}
     log.info("source %s: %d nodes, %d edges; target %s: %d nodes, %d edges",
              pair.source.source, pair.source.num_nodes, pair.source.num_edges,
              pair.target.source, pair.target.num_nodes, pair.target.num_edges)
-    about = {"config": cfg.to_dict(), "versions": write.versions(),
-             "inputs": {name: write.fingerprint(path) for name, path in paths.items() if path}}
+    about = {"config": cfg.to_dict(), "versions": write.versions(), "inputs": inputs}
     with write.staging(out) as stage:
         if cfg.ray.partitions:
             from . import distributed

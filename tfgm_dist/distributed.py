@@ -171,6 +171,7 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
         torch.from_numpy(np.concatenate(rows)), n)
 
 
+@ray.remote(max_retries=RESTARTS)
 def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
             forward: list, forward_rows: list[np.ndarray], backward: list | None,
             backward_rows: list[np.ndarray], embeddings: list | None) -> tuple:
@@ -292,8 +293,7 @@ class Run:
         with self.watch.stage("refine+assign"):
             finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
                               if node["Alive"])
-            out = ray.remote(_finish).options(num_returns=2 + P, num_cpus=finish_cpus,
-                                              max_retries=RESTARTS).remote(
+            out = _finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
                 forward[1], None if backward is None else backward[0],
                 [] if backward is None else backward[1], embeddings)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
@@ -47,6 +48,27 @@ class _Rows:
 
 # ---------------------------------------------------------------------------------------------
 # Public API
+
+
+def fetch(uri: str, folder: str | Path) -> Path:
+    """A local path for an input given as a path or a pyarrow filesystem URI.
+
+    Remote files and folders (``s3://``, ``gs://``, ``hdfs://`` ...) are copied into
+    ``folder`` first, so that every loader reads local files and names them in errors.
+    """
+    if "://" not in uri or uri.startswith("file://"):
+        return Path(uri.removeprefix("file://"))
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise InputError(f"{uri}: no such file or folder")
+        local = Path(folder) / f"{len(list(Path(folder).iterdir()))}-{info.base_name}"
+        pafs.copy_files(path, str(local), source_filesystem=fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+    except (OSError, pa.ArrowException) as e:
+        raise InputError(f"{uri}: cannot read ({_one_line(e)})") from None
+    return local
 
 
 def load_graph(path: str | Path, fmt: str | None = None) -> Graph:

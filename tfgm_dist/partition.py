@@ -59,6 +59,9 @@ def partition(edge_index: torch.Tensor, num_nodes: int, parts: int, *, seed: int
     if parts == 1:
         part, method = np.zeros(num_nodes, dtype=np.int64), "single"
     elif method == "metis":
+        if pymetis is None:
+            raise ValueError("partition method 'metis' needs pymetis: pip install "
+                             "'tfgm-dist[metis]'")
         part = _metis(_symmetric(edge_index, num_nodes), parts, seed)
     elif method == "rcm":
         order = reverse_cuthill_mckee(_symmetric(edge_index, num_nodes), symmetric_mode=True)
