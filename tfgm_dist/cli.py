@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Callable
 
-from . import write
+from . import checkpoint, write
 from .config import ASSIGN_METHODS, Config, load_config, with_overrides
 from .graph import InputError
 from .load import fetch
@@ -36,7 +36,7 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
     for name in ("source", "target", "out"):
         if not getattr(job, name):
             raise InputError(f"no {name} given (argument or job.{name} in the config)")
-    out = write.check_output(job.out, job.overwrite)
+    out = write.check_output(job.out, job.overwrite, job.output_root)
     watch, start = Stopwatch(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tfgm-inputs-") as tmp, watch.stage("load"):
         local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
@@ -49,15 +49,29 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
              pair.source.source, pair.source.num_nodes, pair.source.num_edges,
              pair.target.source, pair.target.num_nodes, pair.target.num_edges)
     about = {"config": cfg.to_dict(), "versions": write.versions(), "inputs": inputs}
+    resume = checkpoint.location(out, checkpoint.run_key(about))
+    done = checkpoint.load(resume)
     with write.staging(out) as stage:
-        if cfg.ray.partitions:
+        if done is not None:
+            log.info("resuming from %s: an earlier run of this job got past the assign stage",
+                     resume)
+            quality, parts = done
+            with watch.stage("resume"), watch.stage("write"):
+                files = [write.write_matches(stage, match_table(
+                    pair, checkpoint.load_piece(resume, q), cfg.top_k), about, part=q)
+                    for q in range(parts)]
+            extra = {"resumed_from": str(resume)}
+        elif cfg.ray.partitions:
             from . import distributed
             distributed.connect(cfg.ray.address)
             on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress)
-            quality, files = on_ray.align_and_write(stage, about)
+            quality, files = on_ray.align_and_write(stage, about, resume)
             extra = {"ray": on_ray.report()}
         else:
             result = align(pair, cfg, watch)
+            with watch.stage("checkpoint"):
+                checkpoint.save_piece(resume, 0, result)
+                checkpoint.save_done(resume, result.metrics, 1)
             with watch.stage("write"):
                 files = [write.write_matches(stage, match_table(pair, result, cfg.top_k), about)]
             quality, extra = result.metrics, {}
@@ -69,6 +83,7 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
                    "input_stats": {"source": pair.source.stats, "target": pair.target.stats},
                    **extra}
         write.commit(stage, out, metrics, {"files": files, **about})
+    checkpoint.discard(resume)
     return metrics
 
 

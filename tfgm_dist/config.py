@@ -99,6 +99,7 @@ class JobConfig:
     candidates: str = ""
     queries: str = ""
     overwrite: bool = False
+    output_root: str = ""  # when set, out must lie inside this folder (or URI prefix)
 
     def __post_init__(self) -> None:
         _choice("format", self.format, INPUT_FORMATS)

@@ -33,7 +33,7 @@ import torch
 from ray._private import ray_constants
 import torch.nn.functional as F
 
-from . import write
+from . import checkpoint, write
 from .config import Config
 from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
 from .partition import Partition, partition
@@ -174,8 +174,10 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
 @ray.remote(max_retries=RESTARTS)
 def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
             forward: list, forward_rows: list[np.ndarray], backward: list | None,
-            backward_rows: list[np.ndarray], embeddings: list | None) -> tuple:
-    """refine + assign on the merged candidates; the result cut into the source parts."""
+            backward_rows: list[np.ndarray], embeddings: list | None,
+            resume: write.Location) -> tuple:
+    """refine + assign on the merged candidates; the result cut into the source parts,
+    which are also kept in ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
     _threads(num_cpus)
     usage, watch = Usage("refine+assign"), Stopwatch()
     fwd = _gather(ray.get(forward), forward_rows, pair.source.num_nodes)
@@ -197,6 +199,8 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
                               candidates=result.candidates.take_rows(m),
                               matched=result.matched[m], matched_score=result.matched_score[m],
                               metrics={}))
+        checkpoint.save_piece(resume, q, pieces[-1])
+    checkpoint.save_done(resume, result.metrics, part_s.num_parts)
     return (result.metrics, usage.report(), *pieces)
 
 
@@ -251,8 +255,11 @@ class Run:
                               else {"num_cpus": self.actor_cpus})
         self.usage: list[dict] = []
 
-    def align_and_write(self, stage: write.Location, run: dict) -> tuple[dict, list[dict]]:
-        """Every stage after load; returns the metrics and the dataset's file entries."""
+    def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
+                        ) -> tuple[dict, list[dict]]:
+        """Every stage after load; returns the metrics and the dataset's file entries.
+
+        The decided matches are also kept in ``resume`` until the output is committed."""
         pair, cfg, P = self.pair, self.cfg, self.P
         with self.watch.stage("features"):
             x_s, x_t = input_features(pair, cfg)
@@ -296,7 +303,7 @@ class Run:
             out = _finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
                 forward[1], None if backward is None else backward[0],
-                [] if backward is None else backward[1], embeddings)
+                [] if backward is None else backward[1], embeddings, resume)
             metrics, finish_usage = ray.get(out[:2])
         self.usage.append(finish_usage)
         with self.watch.stage("write"):
@@ -348,6 +355,7 @@ class Run:
         shard_rows = [bpart.position[ids] for ids in shard_ids]
         merged, rows = [], []
         for q in range(self.P):
+            self.progress("search", {"direction": key, "part": q, "workers": self.workers})
             nodes = query_nodes[qpart.part[query_nodes] == q]
             local = qpart.position[nodes]
             hits = [self.workers[p].search.remote(key, k, queries[q], local, base[p],

@@ -14,7 +14,9 @@ Conventions every stage relies on:
 from __future__ import annotations
 
 import logging
+import os
 import resource
+import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -43,14 +45,24 @@ def peak_rss_bytes() -> int:
     return max(own, children) * 1024
 
 
+# The dense Hungarian refuses matrices above a quarter of this machine's memory.
+DENSE_MAX_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+
+
 @dataclass
 class Stopwatch:
-    """Seconds per stage, logged as each stage ends."""
+    """Seconds per stage, logged as each stage ends.
+
+    ``TFGM_FAILPOINT=<stage>`` kills this process (SIGKILL) as that stage starts: the fault
+    tests use it to crash a run at a chosen point, as an OOM kill or a lost node would.
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        if os.environ.get("TFGM_FAILPOINT") == name:
+            os.kill(os.getpid(), signal.SIGKILL)
         log.info("%s ...", name)
         start = time.perf_counter()
         yield
@@ -293,6 +305,13 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
         return best[rows], c.scores[:, 0]
     if dense_assignment(ac, rows.numel(), scored.targets.size):
         cols = torch.from_numpy(scored.targets)
+        need = rows.numel() * scored.num_targets * 12  # float32 scores + float64 costs
+        if need > DENSE_MAX_BYTES:
+            raise InputError(
+                f"assign.one_to_one = 'hungarian' needs a dense {rows.numel()} x "
+                f"{scored.num_targets} matrix ({need / 2**30:.1f} GiB, limit "
+                f"{DENSE_MAX_BYTES / 2**30:.1f} GiB = a quarter of this machine's memory); "
+                "use assign.one_to_one = 'sparse', which assigns over the top-k candidates")
         if scored.refined:  # refined scores exist on the candidates only; elsewhere they are 0
             dense = torch.zeros(rows.numel(), scored.num_targets)
             valid = c.index >= 0

@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import logging
 import shutil
+import socket
 import sys
 import time
 import uuid
@@ -32,6 +34,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .graph import InputError
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 FORMAT = "tfgm-dist/1"
@@ -115,13 +119,22 @@ def location(out: str | Path | Location) -> Location:
     return Location(pafs.LocalFileSystem(), os.path.abspath(text))
 
 
-def check_output(out: str | Path | Location, overwrite: bool) -> Location:
+def check_output(out: str | Path | Location, overwrite: bool, root: str = "") -> Location:
     """Validate ``out`` before any work is done: refuse to replace a different run's output.
 
     A folder that holds a tfgm-dist manifest is replaced only with ``overwrite``; any other
-    existing, non-empty folder is never touched.
+    existing, non-empty folder is never touched. With ``root`` (``job.output_root``), ``out``
+    must lie inside it, after resolving ``..`` and symbolic links.
     """
     out = location(out)
+    if root:
+        base = location(root)
+        inside, top = ((os.path.realpath(out.path), os.path.realpath(base.path)) if out.local
+                       else (os.path.normpath(out.path), os.path.normpath(base.path)))
+        if type(out.fs) is not type(base.fs) or os.path.commonpath([inside, top]) != top \
+                or inside == top:
+            raise InputError(f"{out}: output path is outside the output root {base} "
+                             "(job.output_root)")
     info = out.info()
     if info.type == pafs.FileType.File:
         raise InputError(f"{out}: output path exists and is not a folder")
@@ -139,14 +152,44 @@ def check_output(out: str | Path | Location, overwrite: bool) -> Location:
 @contextmanager
 def staging(out: Location) -> Iterator[Location]:
     """A hidden staging folder beside ``out``, on its filesystem; removed whatever happens
-    (after a commit it no longer exists)."""
-    stage = out.parent / f".{out.name}.staging-{uuid.uuid4().hex[:8]}"
+    (after a commit it no longer exists).
+
+    Its name carries this host and process id, so that the next run can remove the staging
+    folders of runs that were killed (which no ``finally`` could clean up).
+    """
+    _sweep_killed(out)
+    stage = out.parent / (f".{out.name}.staging-{socket.gethostname()}-{os.getpid()}-"
+                          f"{uuid.uuid4().hex[:8]}")
     stage.fs.create_dir((stage / "matches").path, recursive=True)
     try:
         yield stage
     finally:
         if stage.info().type != pafs.FileType.NotFound:
             stage.fs.delete_dir(stage.path)
+
+
+def _sweep_killed(out: Location) -> None:
+    """Remove the staging folders that dead processes on this host left beside ``out``."""
+    if not out.local or not os.path.isdir(out.parent.path):
+        return
+    prefix = f".{out.name}.staging-{socket.gethostname()}-"
+    for entry in os.scandir(out.parent.path):
+        if not entry.name.startswith(prefix):
+            continue
+        pid = entry.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            log.warning("removing %s, left by a killed run (pid %s)", entry.path, pid)
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_matches(stage: Location, matches: pa.Table, run: dict[str, Any], part: int = 0,

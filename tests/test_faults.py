@@ -1,0 +1,119 @@
+"""Crashes and lost workers never lose or corrupt a result: a killed driver leaves no
+partial output and the rerun resumes; killed Ray actors are restarted with identical rows."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+import ray
+
+from tfgm_dist import cli
+from tfgm_dist.config import Config, with_overrides
+from tfgm_dist.distributed import connect
+from tfgm_dist.synth import write_pair
+
+
+def table(out: Path):
+    t = ds.dataset(out / "matches", format="parquet").to_table().replace_schema_metadata(None)
+    return t.sort_by([("source_id", "ascending"), ("rank", "ascending")])
+
+
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name.split("-")[0] for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return write_pair(tmp_path_factory.mktemp("pair"), 1500, seed=7)
+
+
+def align(pair, out: Path, *extra: str, failpoint: str | None = None):
+    """The real command in a new process (a SIGKILL must hit a whole driver)."""
+    env = {k: v for k, v in os.environ.items() if k != "TFGM_FAILPOINT"}
+    if failpoint:
+        env["TFGM_FAILPOINT"] = failpoint
+    return subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "align",
+                           str(pair["source"]), str(pair["target"]), "--gold", str(pair["gold"]),
+                           "--out", str(out), "--top-k", "3", *extra],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("extra", [[], ["--partitions", "2"]], ids=["one process", "ray"])
+def test_driver_killed_in_the_write_stage_leaves_no_result_and_the_rerun_resumes(
+        pair, tmp_path, extra):
+    assert align(pair, tmp_path / "calm", *extra).returncode == 0
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    out = lake / "run"
+    killed = align(pair, out, *extra, failpoint="write")
+    assert killed.returncode == -9, killed.stderr
+    assert not out.exists()  # a reader sees no dataset at all, not a partial one
+    assert hidden(lake) == [".run.resume", ".run.staging"]
+
+    rerun = align(pair, out, *extra)
+    assert rerun.returncode == 0, rerun.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "resume" in metrics["seconds"] and "embed" not in metrics["seconds"]
+    assert table(out).equals(table(tmp_path / "calm"))
+    calm = json.loads((tmp_path / "calm" / "metrics.json").read_text())
+    assert metrics["hits@1"] == calm["hits@1"]
+    assert hidden(lake) == []  # the killed run's staging is swept, the checkpoint discarded
+
+
+def test_output_outside_the_declared_root_is_refused(pair, tmp_path):
+    (tmp_path / "root").mkdir()
+    config = tmp_path / "c.toml"
+    config.write_text('[job]\noutput_root = "root"\n')
+    for out in (tmp_path / "elsewhere", tmp_path / "root" / ".." / "escape", tmp_path / "root"):
+        r = align(pair, out, "--config", str(config))
+        assert r.returncode == 2
+        assert r.stderr.strip() == (f"error: {os.path.abspath(out)}: output path is outside "
+                                    f"the output root {tmp_path / 'root'} (job.output_root)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml", "root"]
+    assert align(pair, tmp_path / "root" / "run", "--config", str(config)).returncode == 0
+
+
+def test_a_dense_hungarian_too_big_for_memory_is_refused_naming_the_sparse_solver(
+        pair, tmp_path, monkeypatch):
+    from tfgm_dist import pipeline
+    monkeypatch.setattr(pipeline, "DENSE_MAX_BYTES", 1 << 20)
+    cfg = with_overrides(Config(), **{"assign.method": "one-to-one",
+                                      "assign.one_to_one": "hungarian",
+                                      "job.source": str(pair["source"]),
+                                      "job.target": str(pair["target"]),
+                                      "job.out": str(tmp_path / "out")})
+    with pytest.raises(Exception, match=r"needs a dense 1500 x 1500 matrix \(0\.0 GiB, limit "
+                                        r"0\.0 GiB.*use assign\.one_to_one = 'sparse'"):
+        cli.run(cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    connect()
+    yield
+    ray.shutdown()
+
+
+def test_a_search_actor_killed_mid_shard_is_restarted_and_the_output_is_identical(
+        cluster, pair, tmp_path):
+    cfg = with_overrides(Config(), **{"top_k": 3, "search.k": 10, "ray.partitions": 2,
+                                      "refine.enabled": True, "refine.steps": 3,
+                                      "job.source": str(pair["source"]),
+                                      "job.target": str(pair["target"]),
+                                      "job.gold": str(pair["gold"])})
+    cli.run(with_overrides(cfg, **{"job.out": str(tmp_path / "calm")}))
+    killed = []
+
+    def kill_in_backward_search(event: str, info: dict) -> None:
+        if event == "search" and info["direction"] == "backward" and not killed:
+            ray.kill(info["workers"][0], no_restart=False)
+            killed.append(info["part"])
+
+    cli.run(with_overrides(cfg, **{"job.out": str(tmp_path / "killed")}),
+            progress=kill_in_backward_search)
+    assert killed
+    assert table(tmp_path / "killed").equals(table(tmp_path / "calm"))
