@@ -62,6 +62,10 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
                     for q in range(parts)]
             extra = {"resumed_from": str(resume)}
         elif cfg.ray.partitions:
+            smaller = min(pair.source.num_nodes, pair.target.num_nodes)
+            if cfg.ray.partitions > smaller:
+                raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the "
+                                 f"{smaller} nodes of the smaller graph")
             from . import distributed
             distributed.connect(cfg.ray.address)
             on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress)

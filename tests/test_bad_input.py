@@ -1,0 +1,120 @@
+"""Every bad input of the reliability checklist, through the real command: one ``error:``
+line naming the file and the line, row or id, exit status 2, nothing under the output."""
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tfgm_dist import cli
+
+EDGES = "a b\nb c\nc d\nd a\na c\n"
+
+
+def parquet_graph(folder: Path, src, dst, ids=None, features=None) -> Path:
+    folder.mkdir()
+    pq.write_table(pa.table({"src": src, "dst": dst}), folder / "edges.parquet")
+    if ids is not None:
+        cols = {"id": ids}
+        if features is not None:
+            cols["features"] = pa.array(features, pa.list_(pa.float32()))
+        pq.write_table(pa.table(cols), folder / "nodes.parquet")
+    return folder
+
+
+def featured(d: Path, name: str, rows) -> Path:
+    return parquet_graph(d / name, ["a", "b", "c"], ["b", "c", "a"], ["a", "b", "c"], rows)
+
+
+GOOD = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+
+# name: (make inputs in folder d -> (source, target, extra args), words the error names)
+CASES = {
+    "missing file": (lambda d: (d / "absent.txt", d / "g.txt", []),
+                     ["absent.txt", "no such file"]),
+    "empty file": (lambda d: (write(d / "empty.txt", ""), d / "g.txt", []), ["empty.txt"]),
+    "wrong column count": (lambda d: (write(d / "cols.txt", "a b\nb c d e\n"), d / "g.txt", []),
+                           ["cols.txt", "line 2"]),
+    "non-numeric id where the nodes declare ints": (
+        lambda d: (parquet_graph(d / "ints", ["1", "x"], ["2", "1"], pa.array([1, 2], pa.int64())),
+                   d / "g.txt", []), ["edges.parquet", "row 2", "'x'", "integer"]),
+    "edge to a node not listed": (
+        lambda d: (parquet_graph(d / "listed", ["a", "b"], ["b", "z"], ["a", "b"]), d / "g.txt",
+                   []), ["edges.parquet", "row 2", "'z'"]),
+    "seed naming an unknown id": (
+        lambda d: (d / "g.txt", d / "g.txt", ["--seeds", write(d / "s.tsv", "a\ta\nq\tb\n")]),
+        ["s.tsv", "line 2", "'q'"]),
+    "gold naming an unknown id": (
+        lambda d: (d / "g.txt", d / "g.txt", ["--gold", write(d / "gold.tsv", "a\ta\nb\tq\n")]),
+        ["gold.tsv", "line 2", "'q'"]),
+    "seed pairs mapping one node twice": (
+        lambda d: (d / "g.txt", d / "g.txt", ["--seeds", write(d / "s2.tsv", "a\ta\na\tb\n")]),
+        ["s2.tsv", "line 2", "'a'"]),
+    "feature with NaN": (
+        lambda d: (featured(d, "nan", [[1.0, 0.0], [float("nan"), 1.0], [1.0, 1.0]]),
+                   featured(d, "ok", GOOD), []), ["nan", "'b'", "NaN"]),
+    "feature with inf": (
+        lambda d: (featured(d, "inf", [[1.0, float("inf")], [0.0, 1.0], [1.0, 1.0]]),
+                   featured(d, "ok", GOOD), []), ["inf", "'a'", "infinite"]),
+    "feature rows of different widths": (
+        lambda d: (featured(d, "ragged", [[1.0, 0.0], [1.0], [1.0, 1.0]]),
+                   featured(d, "ok", GOOD), []), ["ragged", "'b'"]),
+    "all-zero feature row": (
+        lambda d: (featured(d, "zero", [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]),
+                   featured(d, "ok", GOOD), []), ["zero", "'b'", "all-zero"]),
+    "feature widths differ between the graphs": (
+        lambda d: (featured(d, "two", GOOD), featured(d, "three", [[1.0, 0, 0]] * 3), []),
+        ["two", "three", "2", "3"]),
+    "graph with no edges": (
+        lambda d: (parquet_graph(d / "noedges", pa.array([], pa.string()),
+                                 pa.array([], pa.string())), d / "g.txt", []),
+        ["edges.parquet", "no edges"]),
+    "config with an unknown key": (
+        lambda d: (d / "g.txt", d / "g.txt", ["--config", write(d / "c.toml", "[search]\nkk = 3\n")]),
+        ["c.toml", "search.kk"]),
+    "config value out of range": (
+        lambda d: (d / "g.txt", d / "g.txt",
+                   ["--config", write(d / "r.toml", "[embed]\nlayers = -1\n")]),
+        ["r.toml", "embed.layers = -1", "out of range"]),
+    "config value of the wrong type": (
+        lambda d: (d / "g.txt", d / "g.txt",
+                   ["--config", write(d / "t.toml", "[refine]\nenabled = \"yes\"\n")]),
+        ["t.toml", "refine.enabled", "bool"]),
+    "partitions above the node count": (
+        lambda d: (d / "g.txt", d / "g.txt", ["--partitions", "9"]),
+        ["ray.partitions = 9", "4 nodes"]),
+}
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_error_line_exit_2_and_nothing_written(case, tmp_path, capsys):
+    make, named = CASES[case]
+    d = tmp_path / "in"
+    d.mkdir()
+    write(d / "g.txt", EDGES)
+    source, target, extra = make(d)
+    work = tmp_path / "work"
+    work.mkdir()
+    code = cli.main(["-q", "align", str(source), str(target), "--out", str(work / "out"),
+                     *map(str, extra)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    for word in named:
+        assert word in err[0], (word, err[0])
+    assert list(work.iterdir()) == []
+
+
+def test_duplicate_and_self_loop_edges_are_accepted_counted_and_reported(tmp_path, capsys):
+    g = write(tmp_path / "g.txt", EDGES + "a b\nb a\nc c\n")
+    out = tmp_path / "out"
+    assert cli.main(["-q", "align", str(g), str(g), "--out", str(out)]) == 0
+    stats = json.loads((out / "metrics.json").read_text())["input_stats"]["source"]
+    assert stats == {"input_edges": 8, "self_loops": 1, "duplicate_edges": 1}
+    assert pq.read_table(out / "matches").num_rows == 4
