@@ -5,6 +5,7 @@
 #   cluster/local.sh join            add a second worker node on loopback to that head
 #   cluster/local.sh submit CONFIG   ray job submit ... -- python -m jobs.align CONFIG
 #   cluster/local.sh status          ray status of this cluster
+#   cluster/local.sh lose            kill the newest joined node at once (fault tests)
 #   cluster/local.sh stop            stop this cluster's processes (head and joined nodes)
 #   cluster/local.sh stop --all      `ray stop`: every Ray process on the machine
 #
@@ -50,7 +51,7 @@ GCS_ADDRESS="$LOOPBACK:$RAY_PORT"
 
 usage() {
   cat >&2 <<EOF
-usage: cluster/local.sh start | join | submit CONFIG | status | stop [--all]
+usage: cluster/local.sh start | join | submit CONFIG | status | lose | stop [--all]
 
   start          start a local Ray head bound to $LOOPBACK (GCS port \$RAY_PORT=$RAY_PORT,
                  dashboard/job API port \$RAY_DASHBOARD_PORT=$RAY_DASHBOARD_PORT,
@@ -59,6 +60,7 @@ usage: cluster/local.sh start | join | submit CONFIG | status | stop [--all]
   submit CONFIG  ray job submit --address $JOB_ADDRESS (PYTHONPATH=$ROOT)
                    -- python -m jobs.align CONFIG
   status         ray status --address $GCS_ADDRESS
+  lose           kill the newest joined node at once (fault tests: a lost machine)
   stop           stop the processes of this cluster (those under \$RAY_TEMP_DIR)
   stop --all     ray stop: stop every Ray process on this machine
 
@@ -275,6 +277,38 @@ cmd_stop() {
   echo "stopped the Ray cluster under $RAY_TEMP_DIR ($(wc -l <<<"$procs") processes)"
 }
 
+# Fault tests: the newest joined node dies at once (SIGKILL to its raylet and every process
+# under it), as when a machine is lost; the head and the job's driver live on.
+cmd_lose() {
+  local procs pid k newest="" age best=""
+  procs=$(cluster_procs)
+  while read -r pid k; do
+    [[ "$k" == raylet ]] || continue
+    age=$(ps -o etimes= -p "$pid" | tr -d ' ')
+    if [[ -z "$best" || "$age" -lt "$best" ]]; then best=$age; newest=$pid; fi
+  done <<<"$procs"
+  if [[ -z "$newest" || $(grep -c ' raylet$' <<<"$procs") -lt 2 ]]; then
+    echo "error: no joined node to lose under $RAY_TEMP_DIR" >&2
+    exit 2
+  fi
+  local -a doomed=("$newest") table=()
+  mapfile -t table < <(ps -eo pid=,ppid=)
+  local grew=1 line ppid d
+  while [[ $grew -eq 1 ]]; do
+    grew=0
+    for line in "${table[@]}"; do
+      read -r pid ppid <<<"$line"
+      for d in "${doomed[@]}"; do
+        if [[ "$ppid" == "$d" && " ${doomed[*]} " != *" $pid "* ]]; then
+          doomed+=("$pid"); grew=1
+        fi
+      done
+    done
+  done
+  kill -KILL "${doomed[@]}" 2>/dev/null || true
+  echo "lost the node of raylet $newest (${#doomed[@]} processes killed)"
+}
+
 main() {
   local sub=${1:-}
   if [[ $# -gt 0 ]]; then shift; fi
@@ -283,6 +317,7 @@ main() {
     join) [[ $# -eq 0 ]] || { usage; exit 2; }; cmd_join ;;
     submit) cmd_submit "$@" ;;
     status) cmd_status ;;
+    lose) [[ $# -eq 0 ]] || { usage; exit 2; }; cmd_lose ;;
     stop) cmd_stop "$@" ;;
     -h | --help | help) usage ;;
     *)

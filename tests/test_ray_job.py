@@ -1,14 +1,18 @@
 """`ray job submit` of the real entrypoint against a Ray head started on loopback."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from tfgm_dist import cli
+from tfgm_dist.config import load_config, with_overrides
 from tfgm_dist.synth import write_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,3 +73,69 @@ def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
     assert right / top.num_rows * 100 == metrics["accuracy"]
     assert not list(tmp_path.glob(".out.staging-*"))
     assert subprocess.run(["pgrep", "-f", f"ray-tfgm-test-{port}"]).returncode == 1
+
+
+def test_a_worker_node_lost_mid_job_leaves_the_output_identical(tmp_path):
+    """Head and a second node joined on loopback; the job's actors are spread over both; the
+    second node dies at once during the search; Ray restarts its actor on the head and
+    rebuilds the lost objects, and the rows equal the single-process run."""
+    data = write_pair(tmp_path / "data", 20000, seed=2)
+    config = tmp_path / "job.toml"
+    config.write_text(f"""
+        [job]
+        source = "{data['source']}"
+        target = "{data['target']}"
+        gold = "{data['gold']}"
+        out = "out"
+        [search]
+        k = 10
+        [ray]
+        partitions = 2
+    """.replace("\n        ", "\n"))
+    reference = cli.run(with_overrides(load_config(config), **{"ray.partitions": 0,
+                                                               "job.out": str(tmp_path / "ref")}))
+    port, dash = free_port(), free_port()
+    env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dash),
+           "RAY_NUM_CPUS": "2", "RAY_TEMP_DIR": f"/tmp/ray-tfgm-test-{port}",
+           "RAY_AUTH_MODE": "token",  # as cluster/local.sh runs every ray command
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("RAY_ADDRESS", None)
+    address = f"http://127.0.0.1:{dash}"
+
+    def ray_cli(*args: str) -> str:
+        r = subprocess.run(["ray", *args], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout + r.stderr
+
+    try:
+        for step in ("start", "join"):
+            r = subprocess.run([str(LOCAL), step], env=env, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        submitted = ray_cli("job", "submit", "--address", address, "--no-wait",
+                            "--runtime-env-json", json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}}),
+                            "--", "python", "-m", "jobs.align", str(config))
+        job_id = re.search(r"raysubmit_\w+", submitted).group(0)
+        deadline = time.time() + 600
+        while "search forward: part 2/2" not in ray_cli("job", "logs", "--address", address,
+                                                         job_id):
+            assert time.time() < deadline, "the job never reached the search stage"
+            time.sleep(0.5)
+        assert "running" in ray_cli("job", "status", "--address", address, job_id).lower()
+        lost = subprocess.run([str(LOCAL), "lose"], env=env, capture_output=True, text=True)
+        assert lost.returncode == 0, lost.stderr
+        while not re.search(r"succeeded|failed|stopped", (status := ray_cli(
+                "job", "status", "--address", address, job_id)).lower()):
+            assert time.time() < deadline, "the job did not finish after the node was lost"
+            time.sleep(1)
+        assert "succeeded" in status.lower(), ray_cli("job", "logs", "--address", address,
+                                                      job_id)
+    finally:
+        subprocess.run([str(LOCAL), "stop"], env=env, capture_output=True, timeout=120)
+    out = tmp_path / "out"
+    rows = ds.dataset(out / "matches", format="parquet").to_table().replace_schema_metadata(None)
+    ref = ds.dataset(tmp_path / "ref" / "matches", format="parquet").to_table() \
+        .replace_schema_metadata(None)
+    order = [("source_id", "ascending"), ("rank", "ascending")]
+    assert rows.sort_by(order).equals(ref.sort_by(order))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["hits@1"] == reference["hits@1"]

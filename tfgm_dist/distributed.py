@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from . import checkpoint, write
 from .config import Config
 from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
+from .graph import InputError
 from .partition import Partition, partition
 from .pipeline import (Pair, Plan, Scored, Stopwatch, channels, conclude, dense_assignment,
                        input_features, match_table, operators, peak_rss_bytes, plan, refined,
@@ -48,6 +49,7 @@ log = logging.getLogger("tfgm_dist")
 warnings.filterwarnings("ignore", "The given NumPy array is not writable")
 
 RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or task
+RESTART_HEADROOM = 0.5  # share of an actor's threads reserved as Ray CPUs
 Progress = Callable[[str, dict], None]
 
 
@@ -82,7 +84,8 @@ class Usage:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
 
     def report(self) -> dict[str, Any]:
-        return {"role": self.role, "node": socket.gethostname(), "pid": os.getpid(),
+        return {"role": self.role, "host": socket.gethostname(),
+                "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                 "seconds": self.seconds, "peak_rss_bytes": peak_rss_bytes()}
 
 
@@ -223,6 +226,30 @@ def _embedding(parting: Partition, *parts: np.ndarray) -> np.ndarray:
     return out
 
 
+# Failures of the cluster, not of the input: a run that meets one is run again.
+LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
+        ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+        ray.exceptions.LocalRayletDiedError)
+
+
+def _cause(error: Exception) -> Exception:
+    """The innermost cause of a task error (a task fails when one of its inputs failed)."""
+    while isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None \
+            and error.cause is not error:
+        error = error.cause
+    return error
+
+
+def _report(worker: ray.actor.ActorHandle, role: str) -> dict[str, Any]:
+    """An actor's usage; an actor being restarted after a lost node may not answer, which
+    must not fail a run whose results are already in."""
+    try:
+        return ray.get(worker.report.remote(), timeout=30)
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+            ray.exceptions.GetTimeoutError) as e:
+        return {"role": role, "unavailable": str(e).splitlines()[0]}
+
+
 def _resources() -> tuple[float, float]:
     """CPUs and GPUs of the cluster."""
     total = ray.cluster_resources()
@@ -250,10 +277,20 @@ class Run:
         self.progress = progress or (lambda event, info: None)
         cpus, gpus = _resources()
         self.device = "cuda" if gpus else "cpu"
-        self.actor_cpus = cpus / partitions
-        self.actor_options = ({"num_cpus": 0, "num_gpus": gpus / partitions} if gpus
-                              else {"num_cpus": self.actor_cpus})
+        self.actor_cpus = cpus / partitions  # the threads each actor runs
+        # Actors are spread over the nodes and reserve half their threads' CPUs, so that the
+        # actors of a lost node can be restarted on the nodes that are left.
+        self.actor_options = {"scheduling_strategy": "SPREAD",
+                              **({"num_cpus": 0, "num_gpus": gpus / partitions} if gpus
+                                 else {"num_cpus": self.actor_cpus * RESTART_HEADROOM})}
         self.usage: list[dict] = []
+
+    def _actor_memory(self, dim: int, num_channels: int) -> int:
+        """Bytes an actor holds at most, declared to Ray: for both graphs, its part's rows of
+        the input and of two layers per channel, of its embedding and of the FAISS copy."""
+        rows = (self.pair.source.num_nodes + self.pair.target.num_nodes) / self.P
+        width = self.cfg.embed.num_blocks * dim * num_channels
+        return int(rows * 4 * ((1 + 2 * num_channels) * dim + 2 * width)) + (256 << 20)
 
     def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
                         ) -> tuple[dict, list[dict]]:
@@ -270,17 +307,42 @@ class Run:
                             for g in (pair.source, pair.target)]
             parts = [[_graph_part(op, xs, parting, p) for op, xs, parting in
                       zip(ops, ch, self.parting)] for p in range(P)]
-            params = layer_params(cfg.embed, x_s.size(1), cfg.seed)
             self.needs = [[parts[p][g].needs for g in (0, 1)] for p in range(P)]
             # Held for the run: a restarted actor is rebuilt from these objects.
             self.part_refs = [ray.put(tuple(parts[p])) for p in range(P)]
             del parts
-            self.workers = [PartWorker.options(**self.actor_options).remote(
-                p, self.part_refs[p], cfg.embed, params, self.actor_cpus, self.device)
-                for p in range(P)]
+        actors = dict(params=layer_params(cfg.embed, x_s.size(1), cfg.seed),
+                      memory=self._actor_memory(x_s.size(1), len(ch[0])))
+        for attempt in range(1, RESTARTS + 2):
+            try:
+                metrics, pieces = self._decide(len(ch[0]), resume, **actors)
+                break
+            except ray.exceptions.RayError as e:
+                cause = _cause(e)
+                if isinstance(cause, InputError):
+                    raise cause from None
+                if not isinstance(cause, LOST) or attempt > RESTARTS:
+                    raise
+                log.warning("lost a worker (%s); running embed, search, refine and assign "
+                            "again (attempt %d of %d)", str(cause).splitlines()[0],
+                            attempt + 1, RESTARTS + 1)
+        with self.watch.stage("write"):
+            light = ray.put(self._light_pair())
+            written = ray.get([_write_part.remote(stage, q, light, pieces[q], cfg.top_k, run)
+                               for q in range(P)])
+        self.usage += [u for _, u in written]
+        return metrics, [entry for entry, _ in written]
+
+    def _decide(self, num_channels: int, resume: write.Location, params: list[LayerParams],
+                memory: int) -> tuple[dict, list[ray.ObjectRef]]:
+        """embed, search, refine and assign; the metrics and the decided source parts."""
+        pair, cfg, P = self.pair, self.cfg, self.P
+        self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
+            p, self.part_refs[p], cfg.embed, params, self.actor_cpus, self.device)
+            for p in range(P)]
         try:
             with self.watch.stage("embed"):
-                emb = [self._embed(g, len(ch[g])) for g in (0, 1)]
+                emb = [self._embed(g, num_channels) for g in (0, 1)]
                 ray.wait(emb[0] + emb[1], num_returns=2 * P)
             pl = plan(pair, cfg)
             with self.watch.stage("search"):
@@ -289,7 +351,7 @@ class Run:
                     "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
                 ray.wait([*forward[0], *(backward[0] if backward else [])],
                          num_returns=len(forward[0]) + (len(backward[0]) if backward else 0))
-            self.usage += ray.get([w.report.remote() for w in self.workers])
+            usage = [_report(w, f"part {p}") for p, w in enumerate(self.workers)]
         finally:
             for w in self.workers:
                 ray.kill(w)
@@ -305,13 +367,8 @@ class Run:
                 forward[1], None if backward is None else backward[0],
                 [] if backward is None else backward[1], embeddings, resume)
             metrics, finish_usage = ray.get(out[:2])
-        self.usage.append(finish_usage)
-        with self.watch.stage("write"):
-            light = ray.put(self._light_pair())
-            written = ray.get([_write_part.remote(stage, q, light, out[2 + q], cfg.top_k,
-                                                  run) for q in range(P)])
-        self.usage += [u for _, u in written]
-        return metrics, [entry for entry, _ in written]
+        self.usage += [*usage, finish_usage]
+        return metrics, out[2:]
 
     def report(self) -> dict[str, Any]:
         """What the run's metrics say about the distribution."""
