@@ -13,6 +13,7 @@ import ray
 from tfgm_dist import cli
 from tfgm_dist.config import Config, with_overrides
 from tfgm_dist.distributed import connect
+from tfgm_dist.graph import InputError
 from tfgm_dist.synth import write_pair
 
 
@@ -85,7 +86,7 @@ def test_a_dense_hungarian_too_big_for_memory_is_refused_naming_the_sparse_solve
                                       "job.source": str(pair["source"]),
                                       "job.target": str(pair["target"]),
                                       "job.out": str(tmp_path / "out")})
-    with pytest.raises(Exception, match=r"needs a dense 1500 x 1500 matrix \(0\.0 GiB, limit "
+    with pytest.raises(InputError, match=r"needs a dense 1500 x 1500 matrix \(0\.0 GiB, limit "
                                         r"0\.0 GiB.*use assign\.one_to_one = 'sparse'"):
         cli.run(cfg)
     assert list(tmp_path.iterdir()) == []

@@ -98,6 +98,23 @@ def test_padding_of_refined_rows_is_minus_one_with_minus_inf(pair):
     assert (out.index[7, 3:] == -1).all() and (out.scores[7, 3:] == -INF).all()
 
 
+def test_lists_wider_than_the_target_graph_are_refined_like_their_real_entries():
+    """k = 50 candidate slots on 16-node graphs: the padding beyond the 16 targets changes
+    nothing (it once made the SDDMM pattern larger than the dense matrix)."""
+    n = 16
+    ei = torch.randint(0, n, (2, 40), generator=torch.Generator().manual_seed(1))
+    block = whole(graph_operator(ei[:, ei[0] != ei[1]], n))
+    o = embed(torch.randn(n, 8, generator=torch.Generator().manual_seed(2)), block,
+              EmbedConfig(layers=2))
+    wide, exact = top_k(o.numpy(), o.numpy(), 50), top_k(o.numpy(), o.numpy(), n)
+    assert (wide.index[:, n:] == -1).all()
+    out = refine(wide, block, block, steps=3, dim=16, psi=PSI, scale=3, seed=0)
+    ref = refine(exact, block, block, steps=3, dim=16, psi=PSI, scale=3, seed=0)
+    assert out.k == 50 and (out.index[:, n:] == -1).all() and (out.scores[:, n:] == -INF).all()
+    assert torch.equal(out.index[:, :n], ref.index)
+    torch.testing.assert_close(out.scores[:, :n], ref.scores)
+
+
 def test_fixed_pairs_are_pinned_to_their_target_with_probability_one(pair):
     sources = torch.tensor([3, 50, 199])
     targets = torch.tensor([0, 123, 7])  # arbitrary, need not be among the candidates

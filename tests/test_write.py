@@ -161,8 +161,6 @@ def test_object_store_commit_copies_the_manifest_last_and_replaces_the_old_run(t
     assert not store.local
     run(store, matches(6), {"hits@1": 1.0})
     (tmp_path / "lake" / "run" / "matches" / "part-00001.parquet").write_bytes(b"stale")
-    copied = []
-    real_copy = pafs.SubTreeFileSystem.copy_file
     check_output(store, overwrite=True)
     run(store, matches(3, offset=50), {"hits@1": 2.0})
     out = tmp_path / "lake" / "run"

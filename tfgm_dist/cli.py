@@ -1,4 +1,4 @@
-"""The ``tfgm-dist`` command line: ``align``, ``demo`` and ``synth``.
+"""The ``tfgm-dist`` command line: ``align``, ``align-supervised``, ``demo`` and ``synth``.
 
 The ``align`` interface is a contract that outside tooling scripts against: options are
 added, never renamed. Bad input ends with one ``error:`` line and exit status 2, and nothing
@@ -138,6 +138,17 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--queries", help="one-column file of source ids to output")
     _run_options(a)
 
+    v = sub.add_parser("align-supervised", help="align SOURCE with TARGET through a "
+                       "collection of labelled graphs (supervised TFGMws)")
+    v.add_argument("collection", help="folder of labelled graphs: Parquet-layout folders with "
+                   "a label column in nodes.parquet, or graph files with <stem>.labels beside")
+    v.add_argument("source", nargs="?", help="graph file or Parquet-layout folder")
+    v.add_argument("target", nargs="?", help="graph file or Parquet-layout folder")
+    v.add_argument("--format", choices=("edgelist", "triples", "gw", "parquet"),
+                   help="input format of SOURCE and TARGET (default: from the extension)")
+    v.add_argument("--gold", help="true pairs to score against (two columns)")
+    _run_options(v)
+
     d = sub.add_parser("demo", help="align a built-in synthetic pair (no data needed)")
     d.add_argument("--nodes", type=int, default=20000, help="nodes per graph (default 20000)")
     _run_options(d)
@@ -182,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "demo":
             metrics = _demo(args)
+        elif args.command == "align-supervised":
+            from .supervised import run as run_supervised
+            metrics = run_supervised(_config(args), args.collection)
         else:
             metrics = run(_config(args))
     except InputError as e:

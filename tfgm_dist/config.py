@@ -116,6 +116,21 @@ class RayConfig:
         _at_least("partitions", self.partitions, 0)
 
 
+SUPERVISED_MATCHES = ("argmax", "one-to-one")
+
+
+@dataclass(frozen=True)
+class SupervisedConfig:
+    """The kNN label features of supervised TFGMws (``align-supervised``)."""
+
+    k: int = 10  # collection graphs whose matched node votes its label into k_i (paper: 10)
+    match: str = "argmax"  # a query node's match in each collection graph: best hit or 1:1
+
+    def __post_init__(self) -> None:
+        _at_least("k", self.k, 1)
+        _choice("match", self.match, SUPERVISED_MATCHES)
+
+
 @dataclass(frozen=True)
 class Config:
     seed: int = 0
@@ -127,6 +142,7 @@ class Config:
     assign: AssignConfig = field(default_factory=AssignConfig)
     job: JobConfig = field(default_factory=JobConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
 
     def __post_init__(self) -> None:
         _at_least("top_k", self.top_k, 1)

@@ -165,6 +165,43 @@ def merge_top_k(k: int, *shards: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndar
     return c.scores[:, :k].numpy(), c.index[:, :k].numpy()
 
 
+@ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
+class Shard:
+    """A FAISS index over some rows of a matrix (node numbers ``ids``), held by one actor."""
+
+    def __init__(self, x: np.ndarray, ids: np.ndarray, options: dict, num_cpus: float) -> None:
+        _threads(num_cpus)
+        self.index, self.ids = build_index(x, **options), ids
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        c = search(self.index, queries, k, ids=self.ids)
+        return c.scores.numpy(), c.index.numpy()
+
+
+class ShardedIndex:
+    """The rows of ``x`` split into ``shards`` FAISS indexes on Ray actors; calling it with
+    ``(queries, k)`` merges the per-shard top-k into :class:`Candidates`, equal to one
+    index's for exact (``flat``) indexes. The supervised kNN searches its labelled nodes so."""
+
+    def __init__(self, x: np.ndarray, shards: int, options: dict) -> None:
+        cpus, _ = _resources()
+        bounds = np.linspace(0, x.shape[0], shards + 1).astype(np.int64)
+        self.actors = [Shard.options(num_cpus=cpus / shards * RESTART_HEADROOM,
+                                     scheduling_strategy="SPREAD").remote(
+            x[a:b], np.arange(a, b), options, cpus / shards) for a, b in zip(bounds, bounds[1:])]
+        log.info("search: %d rows in %d shards", x.shape[0], shards)
+
+    def __call__(self, queries: np.ndarray, k: int) -> Candidates:
+        q = ray.put(np.ascontiguousarray(queries, dtype=np.float32))
+        scores, index = ray.get(merge_top_k.remote(k, *[a.search.remote(q, k)
+                                                        for a in self.actors]))
+        return Candidates(torch.from_numpy(scores), torch.from_numpy(index))
+
+    def close(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+
+
 def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], n: int
             ) -> Candidates:
     """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""

@@ -106,6 +106,16 @@ def load_id_list(path: str | Path, graph: Graph, what: str) -> np.ndarray:
     return _node_numbers(rows, 0, graph, what)
 
 
+def load_labels(path: str | Path, graph: Graph) -> list[str]:
+    """The label of every node of ``graph`` (supervised collections): the ``label`` column of
+    a Parquet-layout folder's ``nodes.parquet``, or a two-column (node id, label) file.
+    Every node needs one label, and labels are unique within a graph."""
+    path = Path(path)
+    if path.is_dir():
+        return _parquet_labels(path / "nodes.parquet")
+    return _file_labels(path, graph)
+
+
 def load_dbp15k(pair_dir: str | Path,
                 names_json: str | Path | None = None) -> tuple[Graph, Graph, pa.Table]:
     """Import one DBP15k pair directory: source graph, target graph and the gold pairs.
@@ -234,6 +244,39 @@ def _load_parquet_dir(path: Path) -> Graph:
     return _graph(node_ids, np.concatenate(src_parts), np.concatenate(dst_parts), str(path),
                   weight=weight, names=_node_names(nodes, nodes_path),
                   features=_node_features(nodes, nodes_path))
+
+
+def _file_labels(path: Path, graph: Graph) -> list[str]:
+    """Labels of every node of ``graph`` from a two-column (node id, label) file."""
+    what = "labels"
+    rows = _read_table(path, ncols=2, what=what)
+    nodes = _node_numbers(rows, 0, graph, what)
+    values = rows.columns[1].cast(pa.string())
+    _check_unique(rows, values, what, "uses label")
+    if nodes.size < graph.num_nodes:
+        listed = np.zeros(graph.num_nodes, dtype=bool)
+        listed[nodes] = True
+        missing = graph.ids[int(np.flatnonzero(~listed)[0])].as_py()
+        raise InputError(f"{what}: {path}: node {missing!r} of {graph.source} has no label "
+                         "(every node of a collection graph needs one)")
+    out = np.empty(graph.num_nodes, dtype=object)
+    out[nodes] = values.to_pylist()
+    return out.tolist()
+
+
+def _parquet_labels(path: Path) -> list[str]:
+    """The ``label`` column of a Parquet-layout ``nodes.parquet`` (rows = node order)."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; a collection graph in the Parquet layout "
+                         "lists its nodes with a label column")
+    names = pq.read_schema(path).names
+    if "label" not in names:
+        raise InputError(f"{path}: missing column label; has {', '.join(names)}")
+    column = pq.read_table(path, columns=["label"]).column("label").combine_chunks()
+    values = _no_nulls(column, path, "label", 0)
+    values = values.cast(pa.string())
+    _check_unique(_Rows(path, [values]), values, "labels", "uses label")
+    return values.to_pylist()
 
 
 def _dbp_graph(pair_dir: Path, k: str, names: dict[int, str]) -> Graph:

@@ -80,7 +80,10 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
     n_s, n_t = block_s.nodes.numel(), block_t.nodes.numel()
     if c.index.size(0) != n_s:
         raise ValueError(f"candidates have {c.index.size(0)} rows, the source {n_s} nodes")
-    index, logits = c.index.clone(), c.scores * (steps / scale)
+    # Lists are padded at their end; past the longest real list there is only padding, and
+    # a pattern wider than |V_t| would hold more entries than the dense matrix (SDDMM fails).
+    k, width = c.k, max(1, int((c.index >= 0).sum(1).max()))
+    index, logits = c.index[:, :width].clone(), c.scores[:, :width] * (steps / scale)
     if fixed is not None:
         index[fixed[0]] = -1
         index[fixed[0], 0] = fixed[1]
@@ -102,7 +105,9 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         logits = logits + _candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
         if (step + 1) % max(1, steps // 5) == 0:
             log.info("refine: step %d/%d", step + 1, steps)
-    return Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index)
+    out = Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index)
+    return Candidates(F.pad(out.scores, (0, k - width), value=-torch.inf),
+                      F.pad(out.index, (0, k - width), value=-1))
 
 
 def merge(forward: Candidates, backward: Candidates, k: int) -> Candidates:
