@@ -15,7 +15,12 @@ graphs then runs in Ray workers, and the driver hands them object references, no
 
 An actor keeps nothing it cannot rebuild: each method's result depends only on the
 constructor's and its own arguments, and the FAISS indexes are caches. Ray restarts a killed
-actor, retries its calls, and the run produces the same output.
+actor, retries its calls, and the run produces the same output. When a node is lost, calls
+to its actors fail before Ray has restarted them; the driver then runs embed to assign again
+on fresh actors (everything is deterministic, so the output is the same). The decided parts
+are kept beside the output (:mod:`tfgm_dist.checkpoint`) until it is committed.
+
+:class:`ShardedIndex` is the same sharded search on its own (the supervised kNN uses it).
 """
 from __future__ import annotations
 
@@ -30,8 +35,8 @@ from typing import Any, Callable
 import numpy as np
 import ray
 import torch
-from ray._private import ray_constants
 import torch.nn.functional as F
+from ray._private import ray_constants
 
 from . import checkpoint, write
 from .config import Config
