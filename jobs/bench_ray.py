@@ -3,6 +3,7 @@
     python -m jobs.bench_ray                                  # DBP15k + synthetic 100k and 1M
     python -m jobs.bench_ray --only synth --sizes 100000 --partitions 1,2,4
     python -m jobs.bench_ray --only dbp15k --pairs zh_en
+    python -m jobs.bench_ray --only synth --sizes 1000000 --partitions ""   # one process only
 
 Every run is the real command, ``tfgm-dist align [--partitions P]``, in a new process that
 starts its own local Ray cluster (the start is part of the wall time, as it is for a user).
@@ -83,7 +84,7 @@ def main() -> None:
     p.add_argument("--sizes", default="100000,1000000")
     p.add_argument("--partitions", default="1,2,4")
     args = p.parse_args()
-    partitions = [int(x) for x in args.partitions.split(",")]
+    partitions = [int(x) for x in args.partitions.split(",") if x]  # "": one process only
     print(f"machine: {os.cpu_count()} cores, torch threads "
           f"{os.environ.get('OMP_NUM_THREADS', 'default')}")
     if args.only in (None, "dbp15k"):
