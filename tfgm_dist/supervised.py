@@ -366,7 +366,7 @@ def run(cfg: Config, collection: str) -> dict:
             raise InputError(f"no {name} given (argument or job.{name} in the config)")
     if job.seeds:
         raise InputError(f"{job.seeds}: align-supervised takes no seed pairs")
-    out = write.check_output(job.out, job.overwrite)
+    out = write.check_output(job.out, job.overwrite, job.output_root)
     paths = {name: getattr(job, name) or None
              for name in ("source", "target", "gold", "candidates", "queries")}
     paths["collection"] = collection
