@@ -43,8 +43,8 @@ def pair() -> Pair:
     blocks = [whole(graph_operator(g.edge_index, n)) for g in (g_s, g_t)]
     o_s, o_t = (embed(degree_sinusoidal(degrees(g), 64), b, cfg)
                 for g, b in zip((g_s, g_t), blocks))
-    fwd = top_k(o_s.numpy(), o_t.numpy(), 10)
-    bwd = top_k(o_t.numpy(), o_s.numpy(), 10)
+    fwd = top_k(o_s.numpy(), o_t.numpy(), 10)[0]
+    bwd = top_k(o_t.numpy(), o_s.numpy(), 10)[0]
     return Pair(blocks[0], blocks[1], fwd, bwd, truth)
 
 
@@ -106,7 +106,7 @@ def test_lists_wider_than_the_target_graph_are_refined_like_their_real_entries()
     block = whole(graph_operator(ei[:, ei[0] != ei[1]], n))
     o = embed(torch.randn(n, 8, generator=torch.Generator().manual_seed(2)), block,
               EmbedConfig(layers=2))
-    wide, exact = top_k(o.numpy(), o.numpy(), 50), top_k(o.numpy(), o.numpy(), n)
+    wide, exact = top_k(o.numpy(), o.numpy(), 50)[0], top_k(o.numpy(), o.numpy(), n)[0]
     assert (wide.index[:, n:] == -1).all()
     out = refine(wide, block, block, steps=3, dim=16, psi=PSI, scale=3, seed=0)
     ref = refine(exact, block, block, steps=3, dim=16, psi=PSI, scale=3, seed=0)

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.search import Candidates, build_index, candidates_from_coo, search, top_k
+from tfgm_dist.search import (Candidates, build_index, candidates_from_coo, pq_codes, search,
+                              top_k, tune_nprobe)
 
 INF = float("inf")
 
@@ -20,7 +21,7 @@ def brute_force(x_s: np.ndarray, x_t: np.ndarray, k: int) -> tuple[torch.Tensor,
 
 def test_flat_top_k_equals_brute_force_topk():
     x_s, x_t = random_points(120, 16, 0), random_points(300, 16, 1)
-    c = top_k(x_s, x_t, 10, kind="flat")
+    c = top_k(x_s, x_t, 10, kind="flat")[0]
     scores, index = brute_force(x_s, x_t, 10)
     assert c.index.dtype == torch.int64 and c.scores.dtype == torch.float32
     assert torch.equal(c.index, index)
@@ -39,7 +40,7 @@ def test_search_streams_blocks_without_changing_the_result():
 def test_candidates_restrict_the_search_and_map_ids_back():
     x_s, x_t = random_points(60, 16, 4), random_points(200, 16, 5)
     cand = np.sort(np.random.default_rng(6).choice(200, size=40, replace=False))
-    c = top_k(x_s, x_t, 5, candidates=cand)
+    c = top_k(x_s, x_t, 5, candidates=cand)[0]
     sub_scores, sub_index = brute_force(x_s, x_t[cand], 5)
     assert torch.equal(c.index, torch.from_numpy(cand)[sub_index])
     torch.testing.assert_close(c.scores, sub_scores, atol=1e-5, rtol=0)
@@ -49,7 +50,7 @@ def test_candidates_restrict_the_search_and_map_ids_back():
 def test_unsorted_candidates_map_back_to_target_numbers():
     x_s, x_t = random_points(10, 8, 7), random_points(30, 8, 8)
     cand = np.array([17, 3, 29, 8])
-    c = top_k(x_s, x_t, 4, candidates=cand)
+    c = top_k(x_s, x_t, 4, candidates=cand)[0]
     dense = x_s @ x_t.T
     for i in range(10):
         expected = cand[np.argsort(-dense[i, cand], kind="stable")]
@@ -58,27 +59,69 @@ def test_unsorted_candidates_map_back_to_target_numbers():
 
 def test_rows_with_fewer_than_k_targets_are_padded():
     x_s, x_t = random_points(4, 8, 9), random_points(3, 8, 10)
-    c = top_k(x_s, x_t, 5)
+    c = top_k(x_s, x_t, 5)[0]
     assert c.index.shape == (4, 5)
     assert (c.index[:, 3:] == -1).all() and (c.scores[:, 3:] == -INF).all()
     assert sorted(c.index[0, :3].tolist()) == [0, 1, 2]
     assert torch.isfinite(c.scores[:, :3]).all()
 
-    r = top_k(x_s, random_points(50, 8, 11), 4, candidates=np.array([7, 42]))
+    r = top_k(x_s, random_points(50, 8, 11), 4, candidates=np.array([7, 42]))[0]
     assert (r.index[:, 2:] == -1).all() and (r.scores[:, 2:] == -INF).all()
     assert set(r.index[:, :2].flatten().tolist()) == {7, 42}
 
 
-@pytest.mark.parametrize("kind,options", [("ivf", {"nprobe": 96}), ("hnsw", {"ef_search": 256})])
+@pytest.mark.parametrize("kind,options", [("ivf", {"nprobe": 96}), ("ivfpq", {"nprobe": 40}),
+                                          ("hnsw", {"ef_search": 256})])
 def test_approximate_indexes_reach_recall_at_10(kind, options):
     x_t = random_points(2000, 32, 12)
     x_s = random_points(200, 32, 13)
-    exact = top_k(x_s, x_t, 10, kind="flat")
-    approx = top_k(x_s, x_t, 10, kind=kind, seed=0, **options)
+    exact = top_k(x_s, x_t, 10, kind="flat")[0]
+    approx = top_k(x_s, x_t, 10, kind=kind, seed=0, **options)[0]
     hits = sum(len(set(a) & set(e)) for a, e in zip(approx.index.tolist(), exact.index.tolist()))
     recall = hits / exact.index.numel()
     assert recall >= 0.9, f"{kind} recall@10 = {recall:.3f}"
     assert (approx.index >= 0).all()
+
+
+def noisy_pair(n: int, d: int, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Targets, and sources that are their noisy copies (source i belongs to target i)."""
+    x_t = random_points(n, d, seed)
+    x_s = x_t + noise * random_points(n, d, seed + 1)
+    return (x_s / np.linalg.norm(x_s, axis=1, keepdims=True)).astype(np.float32), x_t
+
+
+def test_ivfpq_scores_are_exact_inner_products():
+    x_s, x_t = noisy_pair(3000, 48, 0.8, 20)
+    c = top_k(x_s, x_t, 5, kind="ivfpq", nprobe=8)[0]
+    exact = torch.from_numpy(x_s) @ torch.from_numpy(x_t).T
+    valid = c.index >= 0
+    rows = torch.arange(c.index.size(0))[:, None].expand_as(c.index)
+    torch.testing.assert_close(c.scores[valid], exact[rows[valid], c.index[valid]],
+                               atol=1e-5, rtol=0)
+
+
+def test_tuning_raises_nprobe_until_the_sampled_recall_is_met():
+    x_s, x_t = noisy_pair(4000, 32, 0.9, 21)
+    index = build_index(x_t, "ivfpq", nprobe=1)
+    report = tune_nprobe(index, x_t, x_s, 0.95, sample=500)
+    assert report["nprobe"] > 1 and report["nlist"] == int(np.sqrt(4000))
+    assert report["recall@1"] >= 0.95 and report["sample"] == 500
+    # the report holds for the tuned index beyond its sample: measured on every query
+    got, _ = index.search(x_s, 1)
+    assert np.mean(got[:, 0] >= top_k(x_s, x_t, 1)[0].scores[:, 0].numpy() - 1e-5) >= 0.93
+
+
+def test_top_k_tunes_ivf_but_not_exact_indexes_and_reports_it():
+    x_s, x_t = noisy_pair(2000, 32, 0.9, 22)
+    _, tuned = top_k(x_s, x_t, 3, kind="ivf", nprobe=1, recall=0.9)
+    assert tuned["recall@1"] >= 0.9 and tuned["nprobe"] > 1
+    assert top_k(x_s, x_t, 3, kind="flat", recall=0.9)[1] == {}
+    assert top_k(x_s, x_t, 3, kind="ivf", nprobe=1, recall=0.0)[1] == {}
+
+
+@pytest.mark.parametrize("d,m", [(384, 48), (2048, 256), (128, 16), (36, 18), (6, 6), (17, 17)])
+def test_pq_codes_have_at_most_eight_dimensions_and_16_codes_at_least(d, m):
+    assert pq_codes(d) == m
 
 
 def test_build_index_and_search_reject_bad_arguments():

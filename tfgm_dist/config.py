@@ -43,8 +43,10 @@ class FeatureConfig:
 class SearchConfig:
     index: str = "flat"
     k: int = 50  # candidates kept per source for refinement, ranking and assignment
-    nlist: int = 0  # IVF lists; 0 = 4 sqrt(n)
-    nprobe: int = 16
+    nlist: int = 0  # IVF lists; 0 = 4 sqrt(n) for ivf, sqrt(n) for ivfpq
+    nprobe: int = 16  # IVF lists probed; raised by the recall target when that is set
+    recall: float = 0.99  # IVF: nprobe doubles until this share of sampled queries finds its
+    # exact best match (0 = keep nprobe)
     hnsw_m: int = 32
     ef_search: int = 128
 
@@ -53,6 +55,8 @@ class SearchConfig:
         _at_least("k", self.k, 1)
         _at_least("nlist", self.nlist, 0)
         _at_least("nprobe", self.nprobe, 1)
+        if not 0 <= self.recall <= 1:
+            raise ValueError(f"recall = {self.recall} is out of range (must be in [0, 1])")
         _at_least("hnsw_m", self.hnsw_m, 2)
         _at_least("ef_search", self.ef_search, 1)
 

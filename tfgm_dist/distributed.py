@@ -45,8 +45,8 @@ from .graph import InputError
 from .partition import Partition, partition
 from .pipeline import (Pair, Plan, Scored, Stopwatch, channels, conclude, dense_assignment,
                        input_features, match_table, operators, peak_rss_bytes, plan, refined,
-                       search_options)
-from .search import Candidates, build_index, search
+                       tuning)
+from .search import Candidates, build_index, search, tuned_index
 
 log = logging.getLogger("tfgm_dist")
 
@@ -124,6 +124,7 @@ class PartWorker:
                                      for t in (q.weight, q.bias))) for q in params]
         self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
         self.indexes: dict[str, Any] = {}
+        self.tuned: dict[str, dict] = {}
         self.usage = Usage(f"part {p}")
 
     def first(self, g: int, c: int) -> np.ndarray:
@@ -147,19 +148,22 @@ class PartWorker:
         return np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=np.float32)
 
     def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
-               base_rows: np.ndarray, base_ids: np.ndarray, options: dict) -> tuple[np.ndarray,
-                                                                                      np.ndarray]:
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict,
+               sample: np.ndarray, sample_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of ``queries[rows]`` among this shard's ``base[base_rows]`` (node numbers
-        ``base_ids``). The FAISS index is built on first use under ``key`` and cached."""
+        ``base_ids``). The FAISS index is built on first use under ``key`` and cached; an IVF
+        index is tuned on ``sample[sample_rows]``, the same queries whichever call is first."""
         start = time.perf_counter()
         if key not in self.indexes:
-            self.indexes[key] = build_index(base[base_rows], **options)
+            self.indexes[key], self.tuned[key] = tuned_index(base[base_rows],
+                                                             sample[sample_rows], **options)
         c = search(self.indexes[key], queries[rows], k, ids=base_ids)
         self.usage.add("search", start)
         return c.scores.numpy(), c.index.numpy()
 
     def report(self) -> dict[str, Any]:
-        return {**self.usage.report(), "threads": self.threads, "device": self.device}
+        return {**self.usage.report(), "threads": self.threads, "device": self.device,
+                **({"search": self.tuned} if any(self.tuned.values()) else {})}
 
 
 @ray.remote(num_cpus=0, max_retries=RESTARTS)
@@ -447,18 +451,22 @@ class Run:
     def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
                 base: list, base_nodes: np.ndarray) -> tuple[list, list[np.ndarray]]:
         """Per query part, the merged top-k of its ``query_nodes`` over every shard."""
-        k, opts = self.cfg.search.k, search_options(self.cfg)
+        k, opts = self.cfg.search.k, tuning(self.cfg)
         qpart = self.parting[1 - base_graph]
         bpart = self.parting[base_graph]
         shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
         shard_rows = [bpart.position[ids] for ids in shard_ids]
+        query_rows = [qpart.position[query_nodes[qpart.part[query_nodes] == q]]
+                      for q in range(self.P)]
+        first = next((q for q in range(self.P) if query_rows[q].size), 0)  # all shards tune on it
         merged, rows = [], []
         for q in range(self.P):
             self.progress("search", {"direction": key, "part": q, "workers": self.workers})
             nodes = query_nodes[qpart.part[query_nodes] == q]
-            local = qpart.position[nodes]
+            local = query_rows[q]
             hits = [self.workers[p].search.remote(key, k, queries[q], local, base[p],
-                                                  shard_rows[p], shard_ids[p], opts)
+                                                  shard_rows[p], shard_ids[p], opts,
+                                                  queries[first], query_rows[first])
                     for p in range(self.P) if shard_ids[p].size]
             merged.append(merge_top_k.remote(k, *hits))
             rows.append(nodes)

@@ -206,6 +206,11 @@ def search_options(cfg: Config) -> dict:
                 ef_search=sc.ef_search, seed=cfg.seed)
 
 
+def tuning(cfg: Config) -> dict:
+    """:func:`search.top_k`'s options: the index's and the recall target."""
+    return {**search_options(cfg), "recall": cfg.search.recall}
+
+
 @dataclass
 class Scored:
     """Ranked candidates of a pair, before decoding."""
@@ -218,6 +223,7 @@ class Scored:
     o_s: torch.Tensor | None  # embeddings, for a dense Hungarian on small graphs
     o_t: torch.Tensor | None
     refined: bool = False
+    search: dict = field(default_factory=dict)  # per direction, the tuned nprobe and recall
 
 
 @dataclass
@@ -239,15 +245,20 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     with watch.stage("embed"):
         ops = operators(pair, cfg)
         o_s, o_t = embeddings(pair, x_s, x_t, cfg, ops)
-    p, k, opts = plan(pair, cfg), cfg.search.k, search_options(cfg)
+    p, k, opts = plan(pair, cfg), cfg.search.k, tuning(cfg)
     with watch.stage("search"):
-        forward = top_k(o_s[p.searched].numpy(), o_t.numpy(), k, candidates=p.targets, **opts)
+        forward, tuned = top_k(o_s[p.searched].numpy(), o_t.numpy(), k, candidates=p.targets,
+                               **opts)
         forward = forward.scatter_rows(torch.from_numpy(p.searched), pair.source.num_nodes)
-        backward = None if p.sources is None else top_k(
-            o_t[p.targets].numpy(), o_s.numpy(), k, candidates=p.sources, **opts
-        ).scatter_rows(torch.from_numpy(p.targets), pair.target.num_nodes)
+        searches = {"forward": tuned}
+        backward = None
+        if p.sources is not None:
+            backward, searches["backward"] = top_k(o_t[p.targets].numpy(), o_s.numpy(), k,
+                                                   candidates=p.sources, **opts)
+            backward = backward.scatter_rows(torch.from_numpy(p.targets), pair.target.num_nodes)
     scored = Scored(forward, backward, torch.from_numpy(p.rows), p.targets,
-                    pair.target.num_nodes, o_s, o_t)
+                    pair.target.num_nodes, o_s, o_t, search={d: t for d, t in searches.items()
+                                                             if t})
     return refined(pair, cfg, scored, ops, watch)
 
 
@@ -278,6 +289,8 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
     result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score)
     if pair.gold is not None:
         result.metrics = evaluate(scored.forward, scored.rows, matched, pair.gold)
+    if scored.search:
+        result.metrics["search"] = scored.search
     return result
 
 
