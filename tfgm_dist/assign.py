@@ -10,13 +10,14 @@ pipeline's seeded shuffle of the target numbering is what keeps ties from favour
 """
 from __future__ import annotations
 
-import numpy as np
-import scipy.sparse as sp
+import logging
+
 import torch
 from scipy.optimize import linear_sum_assignment
-from scipy.sparse.csgraph import min_weight_full_bipartite_matching
 
 from .search import Candidates
+
+log = logging.getLogger(__name__)
 
 ONE_TO_ONE_METHODS = ("auto", "hungarian", "sparse", "sinkhorn")
 
@@ -111,41 +112,73 @@ def sinkhorn_sparse(c: Candidates, num_targets: int, tau: float = 0.05,
     return Candidates.sorted(log_p, c.index)
 
 
-def sparse_one_to_one(c: Candidates, num_targets: int) -> torch.Tensor:
-    """One-to-one matching over the candidate edges only: ``[n_s]`` int64, ``-1`` = unmatched.
+def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = 1e-4) -> torch.Tensor:
+    r"""One-to-one matching over the candidate edges only: ``[n_s]`` int64, ``-1`` = unmatched.
 
-    Solved by ``scipy.sparse.csgraph.min_weight_full_bipartite_matching`` (LAPJVsp) on the
-    rectangular graph
+    Maximises :math:`\sum_{(i,j) \in M} w_{ij}` over matchings :math:`M` of candidate edges,
 
-        rows    = sources,
-        columns = the targets named by some list + one private dummy column per source,
+    .. math::
+        w_{ij} = \frac{s_{ij} - \min s}{\max s - \min s} \in [0, 1],
 
-        cost_ij = 1 + (max(score) - score_ij) / span  in [1, 2],   cost(i, dummy_i) = 2,
+    where a source may stay unmatched at value 0, the value of the worst candidate. So the
+    matching is not forced to maximum cardinality: a source whose true target is missing from
+    its list is left out instead of stealing a target and displacing the chain of sources
+    behind it (on DBP15k zh_en with refinement, forcing cardinality cost 1.8 points).
 
-    which always has a full matching of the rows. Staying unmatched costs as much as the
-    worst candidate, so the matching is not forced to maximum cardinality: a source whose
-    true target is missing from its list is left out instead of stealing a target and
-    displacing the chain of sources behind it (on DBP15k zh_en with refinement this is
-    94.5 % one-to-one accuracy against 92.7 % for a maximum-cardinality matching). Sources
-    left on their dummy get ``-1``. Candidates with score ``-inf`` are not edges.
+    Solved by a forward auction (Bertsekas), vectorised over all unassigned sources at once:
+    each bids for its best target :math:`j` (value :math:`v_1 = w_{ij} - p_j`) the price
+    :math:`p_j + v_1 - v_2 + \epsilon` (:math:`v_2`: its second best, staying unmatched
+    included), and each target goes to its highest bidder (ties: the lowest source number),
+    unseating the previous holder. Prices start at 0, so the result is within
+    :math:`n_s \epsilon` of the optimum, and every source ends within :math:`\epsilon` of its
+    best choice at the final prices. It runs in near-linear time on candidate lists that
+    mostly agree, where scipy's exact LAPJVsp took over 5 minutes for 1M x 10. Candidates with
+    score ``-inf`` are not edges.
     """
     _check_targets(c, num_targets)
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
     edge = (c.index >= 0) & (c.scores != -torch.inf)
     if torch.isnan(c.scores[edge]).any():
         raise ValueError("candidate scores must not be NaN")
     _check_no_repeats(c.index, edge)
-    n_s = c.index.size(0)
-    src = torch.arange(n_s)[:, None].expand_as(c.index)[edge].numpy()
-    used, col = np.unique(c.index[edge].numpy(), return_inverse=True)
-    cost = _costs(c.scores[edge].double().numpy())
-    dummy = 2.0
-    graph = sp.csr_array(
-        (np.concatenate([cost, np.full(n_s, dummy)]),
-         (np.concatenate([src, np.arange(n_s)]), np.concatenate([col, used.size + np.arange(n_s)]))),
-        shape=(n_s, used.size + n_s))
-    _, matched = min_weight_full_bipartite_matching(graph)
-    return torch.from_numpy(np.where(matched < used.size, used[np.minimum(matched, used.size - 1)],
-                                     -1)).long() if used.size else torch.full((n_s,), -1)
+    n_s, k = c.index.shape
+    if k == 0:
+        return torch.full((n_s,), -1)
+    s = c.scores.double()
+    low, high = (float(s[edge].min()), float(s[edge].max())) if edge.any() else (0.0, 1.0)
+    # column k is each source's private "unmatched" option: value 0, price 0 for ever
+    value = torch.cat([((s - low) / ((high - low) or 1.0)).masked_fill(~edge, -torch.inf),
+                       torch.zeros(n_s, 1, dtype=torch.float64)], 1)
+    target = torch.cat([c.index.masked_fill(~edge, num_targets),
+                        torch.full((n_s, 1), num_targets)], 1)
+    price = torch.zeros(num_targets + 1, dtype=torch.float64)
+    owner = torch.full((num_targets + 1,), -1)
+    choice = torch.full((n_s,), -1)  # column of the source's target; k: unmatched
+    free, rounds = torch.arange(n_s), 0
+    while free.numel():
+        rounds += 1
+        net = value[free] - price[target[free]]
+        best = net.topk(2, dim=1)
+        col = best.indices[:, 0]
+        out = col == k
+        choice[free[out]] = k
+        bidder, col = free[~out], col[~out]
+        t = target[bidder, col]
+        bid = price[t] + best.values[~out, 0] - best.values[~out, 1] + eps
+        top = torch.full_like(price, -torch.inf).scatter_reduce(0, t, bid, "amax")
+        high_bid = bid == top[t]
+        first = torch.full_like(owner, n_s).scatter_reduce(0, t[high_bid], bidder[high_bid],
+                                                           "amin")
+        won = high_bid & (bidder == first[t])
+        unseated = owner[t[won]]
+        unseated = unseated[unseated >= 0]
+        choice[unseated] = -1
+        owner[t[won]], price[t[won]], choice[bidder[won]] = bidder[won], bid[won], col[won]
+        free = torch.cat([bidder[~won], unseated])
+    log.info("one-to-one: auction over %d sources took %d rounds", n_s, rounds)
+    return torch.where(choice < k, c.index.gather(1, choice.clamp(max=k - 1)[:, None]).squeeze(1),
+                       -1)
 
 
 def one_to_one(c: Candidates, num_targets: int, *, dense_scores: torch.Tensor | None = None,
@@ -176,14 +209,6 @@ def _normalise_rows(log_p: torch.Tensor) -> torch.Tensor:
     """``log_p`` minus its row logsumexp; an all ``-inf`` row stays ``-inf``."""
     lse = torch.logsumexp(log_p, dim=1, keepdim=True)
     return log_p - lse.masked_fill(lse == -torch.inf, 0.0)
-
-
-def _costs(score: np.ndarray) -> np.ndarray:
-    """``1 + (max - score) / span``, in ``[1, 2]``."""
-    if score.size == 0:
-        return score
-    span = float(np.ptp(score)) or 1.0
-    return 1.0 + (score.max() - score) / span
 
 
 def _check_sinkhorn(tau: float, iters: int) -> None:
