@@ -223,27 +223,25 @@ def _load_parquet_dir(path: Path) -> Graph:
     for batch in edges.iter_batches(columns=columns):
         rows = _Rows(edges_path, [_no_nulls(batch.column(c), edges_path, c, offset)
                                   for c in columns], offset=offset)
-        if node_ids is None:
-            src_parts.append(_id_column(rows, 0, "src"))
-            dst_parts.append(_id_column(rows, 1, "dst"))
-        else:
-            src_parts.append(_codes_in(rows, 0, node_ids, nodes_path))
-            dst_parts.append(_codes_in(rows, 1, node_ids, nodes_path))
+        src_parts.append(_id_column(rows, 0, "src"))
+        dst_parts.append(_id_column(rows, 1, "dst"))
         if len(columns) == 3:
             weight_parts.append(_weights(rows.columns[2], rows))
         offset += batch.num_rows
     if offset == 0:
         raise InputError(f"{edges_path}: no edges")
     weight = np.concatenate(weight_parts) if weight_parts else None
+    src, dst = pa.concat_arrays(src_parts), pa.concat_arrays(dst_parts)
     if node_ids is None:
-        src, dst = pa.concat_arrays(src_parts), pa.concat_arrays(dst_parts)
         if src.type != dst.type:
             raise InputError(f"{edges_path}: src ids are {src.type} but dst ids are {dst.type}")
         ids, s, d = _factorize(src, dst)
         return _graph(ids, s, d, str(path), weight=weight)
-    return _graph(node_ids, np.concatenate(src_parts), np.concatenate(dst_parts), str(path),
-                  weight=weight, names=_node_names(nodes, nodes_path),
-                  features=_node_features(nodes, nodes_path))
+    # one lookup table for the whole file: building it per batch was most of a 1M-node load
+    rows = _Rows(edges_path, [src, dst])
+    return _graph(node_ids, _codes_in(rows, 0, node_ids, nodes_path),
+                  _codes_in(rows, 1, node_ids, nodes_path), str(path), weight=weight,
+                  names=_node_names(nodes, nodes_path), features=_node_features(nodes, nodes_path))
 
 
 def _file_labels(path: Path, graph: Graph) -> list[str]:
