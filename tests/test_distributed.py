@@ -114,6 +114,22 @@ def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path, 
     assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold", "seeds"}
 
 
+def test_the_scale_config_tunes_nprobe_on_the_merged_shards_and_p_1_equals_one_process(cluster, tmp_path):
+    data = write_pair(tmp_path / "data", 4000, seed=5)
+    base = load_config(ROOT / "jobs" / "configs" / "synthetic.toml")
+    assert base.search.index == "ivfpq" and base.assign.method == "one-to-one"
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    single = cli.run(job(base, tmp_path / "single", 0, **paths))
+    assert single["search"]["forward"]["recall@1"] >= 0.99
+    one = cli.run(job(base, tmp_path / "p1", 1, **paths))
+    assert_same_rows(tmp_path / "single", tmp_path / "p1")
+    assert one["search"] == single["search"]
+    two = cli.run(job(base, tmp_path / "p2", 2, **paths))
+    assert two["search"]["forward"]["recall@1"] >= 0.99
+    assert two["search"]["forward"]["sample"] == single["search"]["forward"]["sample"]
+    assert two["accuracy"] >= single["accuracy"] - 1 > 80
+
+
 def test_an_actor_killed_mid_embedding_is_restarted_and_the_output_is_identical(cluster,
                                                                                tmp_path):
     data = write_pair(tmp_path / "data", 1500, seed=5)

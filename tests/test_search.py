@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.search import (Candidates, build_index, candidates_from_coo, pq_codes, search,
-                              top_k, tune_nprobe)
+from tfgm_dist.search import (Candidates, build_index, candidates_from_coo, exact_best, pq_codes,
+                              probe, probe_rows, search, top_k, tune_nprobe)
 
 INF = float("inf")
 
@@ -103,12 +103,28 @@ def test_ivfpq_scores_are_exact_inner_products():
 def test_tuning_raises_nprobe_until_the_sampled_recall_is_met():
     x_s, x_t = noisy_pair(4000, 32, 0.9, 21)
     index = build_index(x_t, "ivfpq", nprobe=1)
-    report = tune_nprobe(index, x_t, x_s, 0.95, sample=500)
-    assert report["nprobe"] > 1 and report["nlist"] == int(np.sqrt(4000))
+    probes = x_s[probe_rows(4000, size=500)]
+    exact = exact_best(x_t, probes)
+    report = tune_nprobe(lambda n: (probe(index, probes, 10, n)[0], exact, 63), 1, 0.95)
+    assert report["nprobe"] > 1 and report["nlist"] == 63 == int(np.sqrt(4000))
     assert report["recall@1"] >= 0.95 and report["sample"] == 500
     # the report holds for the tuned index beyond its sample: measured on every query
-    got, _ = index.search(x_s, 1)
-    assert np.mean(got[:, 0] >= top_k(x_s, x_t, 1)[0].scores[:, 0].numpy() - 1e-5) >= 0.93
+    got, _ = index.search(x_s, 10)
+    assert np.mean(got[:, 0] >= exact_best(x_t, x_s) - 1e-5) >= 0.93
+
+
+def test_tuning_doubles_nprobe_and_stops_at_all_lists():
+    seen = []
+
+    def measure(nprobe):  # finds the exact best for nprobe of 10 queries
+        seen.append(nprobe)
+        return np.arange(10.0) < nprobe, np.ones(10), 12
+
+    assert tune_nprobe(measure, 3, 0.5)["nprobe"] == 6 and seen == [3, 6]
+    seen.clear()
+    report = tune_nprobe(measure, 3, 1.0)
+    assert seen == [3, 6, 12] and report == {"nprobe": 12, "nlist": 12, "recall@1": 1.0,
+                                             "sample": 10}
 
 
 def test_top_k_tunes_ivf_but_not_exact_indexes_and_reports_it():

@@ -45,8 +45,9 @@ from .graph import InputError
 from .partition import Partition, partition
 from .pipeline import (Pair, Plan, Scored, Stopwatch, channels, conclude, dense_assignment,
                        input_features, match_table, operators, peak_rss_bytes, plan, refined,
-                       tuning)
-from .search import Candidates, build_index, search, tuned_index
+                       search_options)
+from .search import (IVF_KINDS, Candidates, build_index, exact_best, probe, probe_rows, search,
+                     set_nprobe, tune_nprobe)
 
 log = logging.getLogger("tfgm_dist")
 
@@ -124,7 +125,7 @@ class PartWorker:
                                      for t in (q.weight, q.bias))) for q in params]
         self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
         self.indexes: dict[str, Any] = {}
-        self.tuned: dict[str, dict] = {}
+        self.exact: dict[str, np.ndarray] = {}
         self.usage = Usage(f"part {p}")
 
     def first(self, g: int, c: int) -> np.ndarray:
@@ -147,23 +148,49 @@ class PartWorker:
         """The part's embedding rows: its per-layer (and per-channel) blocks side by side."""
         return np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=np.float32)
 
-    def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
-               base_rows: np.ndarray, base_ids: np.ndarray, options: dict,
-               sample: np.ndarray, sample_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of ``queries[rows]`` among this shard's ``base[base_rows]`` (node numbers
-        ``base_ids``). The FAISS index is built on first use under ``key`` and cached; an IVF
-        index is tuned on ``sample[sample_rows]``, the same queries whichever call is first."""
-        start = time.perf_counter()
+    def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict):
+        """The FAISS index of this shard's ``base[base_rows]``, built on first use under
+        ``key`` and cached (a restarted actor builds the same one again)."""
         if key not in self.indexes:
-            self.indexes[key], self.tuned[key] = tuned_index(base[base_rows],
-                                                             sample[sample_rows], **options)
-        c = search(self.indexes[key], queries[rows], k, ids=base_ids)
+            self.indexes[key] = build_index(_take(base, base_rows), **options)
+        return self.indexes[key]
+
+    def probe(self, key: str, k: int, base: np.ndarray, base_rows: np.ndarray, options: dict,
+              nprobe: int, rows: list[np.ndarray], *queries: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, int]:
+        """For the sample queries (rows ``rows[q]`` of each query part ``queries[q]``): the
+        best score this shard's index finds with ``nprobe`` lists, the exact best score in
+        the shard, and the shard's number of lists."""
+        start = time.perf_counter()
+        index = self._index(key, base, base_rows, options)
+        probes = np.concatenate([x[r] for x, r in zip(queries, rows)])
+        if key not in self.exact:
+            self.exact[key] = exact_best(_take(base, base_rows), probes)
+        found, nlist = probe(index, probes, k, nprobe)
+        self.usage.add("search", start)
+        return found, self.exact[key], nlist
+
+    def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of ``queries[rows]`` among this shard's ``base[base_rows]`` (node numbers
+        ``base_ids``), with ``options["nprobe"]`` lists for an IVF index."""
+        start = time.perf_counter()
+        index = self._index(key, base, base_rows, options)
+        if options["kind"] in IVF_KINDS:
+            set_nprobe(index, options["nprobe"])
+        c = search(index, _take(queries, rows), k, ids=base_ids)
         self.usage.add("search", start)
         return c.scores.numpy(), c.index.numpy()
 
     def report(self) -> dict[str, Any]:
-        return {**self.usage.report(), "threads": self.threads, "device": self.device,
-                **({"search": self.tuned} if any(self.tuned.values()) else {})}
+        return {**self.usage.report(), "threads": self.threads, "device": self.device}
+
+
+def _take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``x[rows]``, without a copy when ``rows`` are all rows in order (a part's embedding
+    searched whole is the object store's array itself, not a second gigabyte-sized copy)."""
+    return x if rows.size == x.shape[0] and np.array_equal(rows, np.arange(rows.size)) else x[rows]
 
 
 @ray.remote(num_cpus=0, max_retries=RESTARTS)
@@ -330,6 +357,7 @@ class Run:
                               **({"num_cpus": 0, "num_gpus": gpus / partitions} if gpus
                                  else {"num_cpus": self.actor_cpus * RESTART_HEADROOM})}
         self.usage: list[dict] = []
+        self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
 
     def _actor_memory(self, dim: int, num_channels: int) -> int:
         """Bytes an actor holds at most, declared to Ray: for both graphs, its part's rows of
@@ -362,6 +390,8 @@ class Run:
         for attempt in range(1, RESTARTS + 2):
             try:
                 metrics, pieces = self._decide(len(ch[0]), resume, **actors)
+                if self.searched:
+                    metrics = {**metrics, "search": self.searched}
                 break
             except ray.exceptions.RayError as e:
                 cause = _cause(e)
@@ -450,24 +480,37 @@ class Run:
 
     def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
                 base: list, base_nodes: np.ndarray) -> tuple[list, list[np.ndarray]]:
-        """Per query part, the merged top-k of its ``query_nodes`` over every shard."""
-        k, opts = self.cfg.search.k, tuning(self.cfg)
+        """Per query part, the merged top-k of its ``query_nodes`` over every shard.
+
+        An IVF ``nprobe`` is tuned first, on the same sample of query nodes as in one process:
+        each shard reports the best score it finds for them and the exact best in the shard,
+        and the maxima over the shards are what the merged search finds and should find."""
+        k, opts, recall = self.cfg.search.k, search_options(self.cfg), self.cfg.search.recall
         qpart = self.parting[1 - base_graph]
         bpart = self.parting[base_graph]
         shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
         shard_rows = [bpart.position[ids] for ids in shard_ids]
-        query_rows = [qpart.position[query_nodes[qpart.part[query_nodes] == q]]
-                      for q in range(self.P)]
-        first = next((q for q in range(self.P) if query_rows[q].size), 0)  # all shards tune on it
+        shards = [p for p in range(self.P) if shard_ids[p].size]
+        if recall > 0 and opts["kind"] in IVF_KINDS:
+            sample = query_nodes[probe_rows(query_nodes.size, self.cfg.seed)]
+            sample_rows = [qpart.position[sample[qpart.part[sample] == q]] for q in range(self.P)]
+
+            def measure(nprobe: int) -> tuple[np.ndarray, np.ndarray, int]:
+                got = ray.get([self.workers[p].probe.remote(key, k, base[p], shard_rows[p], opts,
+                                                            nprobe, sample_rows, *queries)
+                               for p in shards])
+                return (np.max([f for f, _, _ in got], axis=0),
+                        np.max([e for _, e, _ in got], axis=0), max(n for _, _, n in got))
+
+            self.searched[key] = tune_nprobe(measure, opts["nprobe"], recall)
+            opts = {**opts, "nprobe": self.searched[key]["nprobe"]}
         merged, rows = [], []
         for q in range(self.P):
             self.progress("search", {"direction": key, "part": q, "workers": self.workers})
             nodes = query_nodes[qpart.part[query_nodes] == q]
-            local = query_rows[q]
-            hits = [self.workers[p].search.remote(key, k, queries[q], local, base[p],
-                                                  shard_rows[p], shard_ids[p], opts,
-                                                  queries[first], query_rows[first])
-                    for p in range(self.P) if shard_ids[p].size]
+            hits = [self.workers[p].search.remote(key, k, queries[q], qpart.position[nodes],
+                                                  base[p], shard_rows[p], shard_ids[p], opts)
+                    for p in shards]
             merged.append(merge_top_k.remote(k, *hits))
             rows.append(nodes)
             log.info("search %s: part %d/%d, %d queries through %d shards", key, q + 1,

@@ -206,11 +206,6 @@ def search_options(cfg: Config) -> dict:
                 ef_search=sc.ef_search, seed=cfg.seed)
 
 
-def tuning(cfg: Config) -> dict:
-    """:func:`search.top_k`'s options: the index's and the recall target."""
-    return {**search_options(cfg), "recall": cfg.search.recall}
-
-
 @dataclass
 class Scored:
     """Ranked candidates of a pair, before decoding."""
@@ -245,7 +240,8 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     with watch.stage("embed"):
         ops = operators(pair, cfg)
         o_s, o_t = embeddings(pair, x_s, x_t, cfg, ops)
-    p, k, opts = plan(pair, cfg), cfg.search.k, tuning(cfg)
+    p, k = plan(pair, cfg), cfg.search.k
+    opts = {**search_options(cfg), "recall": cfg.search.recall}
     with watch.stage("search"):
         forward, tuned = top_k(o_s[p.searched].numpy(), o_t.numpy(), k, candidates=p.targets,
                                **opts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import faiss
 import numpy as np
@@ -122,7 +123,7 @@ def build_index(x: np.ndarray, kind: str = "flat", *, nlist: int | None = None,
             index.k_factor = REFINE_FACTOR
         size = min(n, TRAIN_PER_LIST[kind] * nlist)
         index.train(x[np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))])
-        faiss.extract_index_ivf(index).nprobe = min(nprobe, nlist)  # kept by the GPU copy
+        set_nprobe(index, nprobe)  # kept by the GPU copy
     if gpu:
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     index.add(x)
@@ -139,32 +140,55 @@ def pq_codes(d: int) -> int:
     return next(m for m in range(1, d + 1) if d % m == 0 and m >= min(d, max(16, d / 8)))
 
 
-def tune_nprobe(index: faiss.Index, base: np.ndarray, queries: np.ndarray, target: float, *,
-                sample: int = 1000, seed: int = 0) -> dict:
-    """Double an IVF index's ``nprobe`` until its best match equals the exact one for at
-    least ``target`` of a seeded sample of ``queries``; returns what was measured.
+def probe_rows(n: int, seed: int = 0, size: int = 1000) -> np.ndarray:
+    """The seeded sample of ``size`` of ``n`` query rows whose recall tunes ``nprobe``."""
+    return np.sort(np.random.default_rng(seed).choice(n, size=min(size, n), replace=False))
 
-    ``base`` holds the index's rows. A query counts as found when the approximate top-1
-    score reaches the exact top-1 score (so exact ties do not count as misses). Exact search
-    on the sample costs ``sample x n x d`` multiply-adds, once per index.
-    """
-    if queries.shape[0] == 0:
-        return {}
+
+def exact_best(base: np.ndarray, probes: np.ndarray) -> np.ndarray:
+    """``[m]`` the exact best inner product of each probe over ``base`` (brute force)."""
+    scores, _ = faiss.knn(np.ascontiguousarray(probes, dtype=np.float32),
+                          np.ascontiguousarray(base, dtype=np.float32), 1,
+                          metric=faiss.METRIC_INNER_PRODUCT)
+    return scores[:, 0]
+
+
+def set_nprobe(index: faiss.Index, nprobe: int) -> int:
+    """Probe ``nprobe`` lists (at most all) of an IVF index; returns its number of lists."""
     ivf = faiss.try_extract_index_ivf(index) or index  # a GPU IVF index is its own
-    rows = np.sort(np.random.default_rng(seed).choice(
-        queries.shape[0], size=min(sample, queries.shape[0]), replace=False))
-    q = np.ascontiguousarray(queries[rows], dtype=np.float32)
-    exact, _ = faiss.knn(q, np.ascontiguousarray(base, dtype=np.float32), 1,
-                         metric=faiss.METRIC_INNER_PRODUCT)
+    ivf.nprobe = min(nprobe, ivf.nlist)
+    return ivf.nlist
+
+
+def probe(index: faiss.Index, probes: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, int]:
+    """The best score an IVF index finds for each probe with ``nprobe`` lists and search width
+    ``k`` (as the real search runs), and the index's number of lists."""
+    nlist = set_nprobe(index, nprobe)
+    scores, _ = index.search(np.ascontiguousarray(probes, dtype=np.float32), k)
+    return scores[:, 0], nlist
+
+
+Measure = Callable[[int], tuple[np.ndarray, np.ndarray, int]]
+
+
+def tune_nprobe(measure: Measure, nprobe: int, target: float) -> dict:
+    """Double ``nprobe`` until the search finds the exact best match of at least ``target``
+    of the sample queries; returns what was measured.
+
+    ``measure(nprobe)`` gives, per sample query, the best score found and the exact best
+    score, and the number of lists (it runs :func:`probe` on one index, or on every shard
+    and takes the maximum). A query counts as found when its score reaches the exact one,
+    so exact ties are not misses.
+    """
     while True:
-        got, _ = index.search(q, 1)
-        recall = float(np.mean(got[:, 0] >= exact[:, 0] - 1e-5 * np.abs(exact[:, 0])))
+        found, exact, nlist = measure(nprobe)
+        recall = float(np.mean(found >= exact - 1e-5 * np.abs(exact))) if exact.size else 1.0
         log.info("search: nprobe %d of %d lists finds the exact best match for %.2f %% of "
-                 "%d sampled queries", ivf.nprobe, ivf.nlist, 100 * recall, rows.size)
-        if recall >= target or ivf.nprobe >= ivf.nlist:
-            return {"nprobe": ivf.nprobe, "nlist": ivf.nlist, "recall@1": recall,
-                    "sample": int(rows.size)}
-        ivf.nprobe = min(2 * ivf.nprobe, ivf.nlist)
+                 "%d sampled queries", nprobe, nlist, 100 * recall, exact.size)
+        if recall >= target or nprobe >= nlist:
+            return {"nprobe": min(nprobe, nlist), "nlist": nlist, "recall@1": recall,
+                    "sample": int(exact.size)}
+        nprobe = min(2 * nprobe, nlist)
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int, *,
@@ -202,25 +226,27 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     return Candidates(scores, found)
 
 
-def tuned_index(base: np.ndarray, queries: np.ndarray, recall: float = 0.0,
-                **index_options) -> tuple[faiss.Index, dict]:
-    """:func:`build_index` over ``base``; with ``recall > 0`` an IVF index's ``nprobe`` is
-    then tuned on ``queries`` (:func:`tune_nprobe`, whose report is returned; else ``{}``)."""
-    index = build_index(base, **index_options)
-    if recall > 0 and index_options.get("kind") in IVF_KINDS:
-        return index, tune_nprobe(index, base, queries, recall, seed=index_options.get("seed", 0))
-    return index, {}
-
-
 def top_k(x_s: np.ndarray, x_t: np.ndarray, k: int, *, candidates: np.ndarray | None = None,
-          **options) -> tuple[Candidates, dict]:
-    """Top-``k`` targets (rows of ``x_t``) for each source (row of ``x_s``), and the index's
-    tuning report (see :func:`tuned_index`, which takes ``options``).
+          recall: float = 0.0, **index_options) -> tuple[Candidates, dict]:
+    """Top-``k`` targets (rows of ``x_t``) for each source (row of ``x_s``), and the tuning
+    report (empty unless tuned).
 
-    ``candidates`` restricts the search to those target node numbers.
+    ``candidates`` restricts the search to those target node numbers. With ``recall > 0``,
+    an IVF index's ``nprobe`` is first tuned (:func:`tune_nprobe`) on a seeded sample of the
+    sources.
     """
     ids = None if candidates is None else np.asarray(candidates, dtype=np.int64)
-    index, tuned = tuned_index(x_t if ids is None else x_t[ids], x_s, **options)
+    base = x_t if ids is None else x_t[ids]
+    index, tuned = build_index(base, **index_options), {}
+    if recall > 0 and index_options.get("kind") in IVF_KINDS:
+        probes = x_s[probe_rows(x_s.shape[0], index_options.get("seed", 0))]
+        exact = exact_best(base, probes)
+
+        def measure(nprobe: int) -> tuple[np.ndarray, np.ndarray, int]:
+            found, nlist = probe(index, probes, k, nprobe)  # leaves the index at nprobe
+            return found, exact, nlist
+
+        tuned = tune_nprobe(measure, index_options.get("nprobe", 16), recall)
     return search(index, x_s, k, ids=ids), tuned
 
 
