@@ -341,6 +341,24 @@ def _graph_part(op, xs: list[torch.Tensor], parting: Partition, p: int) -> Graph
     return GraphPart(block, [x[nodes].numpy() for x in xs], needs, gather)
 
 
+def placement(cpus: float, gpus: float, partitions: int) -> tuple[str, float, dict[str, Any]]:
+    """Where the ``partitions`` part actors of a cluster with ``cpus`` and ``gpus`` run: their
+    torch device, the threads each runs, and the Ray options each asks for.
+
+    With GPUs, each actor takes ``gpus / partitions`` of them (one each when ``partitions``
+    equals the GPU count, as ``jobs.align`` chooses) and its tensors and FAISS index live on
+    the GPU. Without, each runs ``cpus / partitions`` threads and reserves half of them as Ray
+    CPUs, so that the actors of a lost node can be restarted on the nodes that are left.
+    Actors are spread over the nodes either way.
+    """
+    threads = cpus / partitions
+    if gpus:
+        return "cuda", threads, {"scheduling_strategy": "SPREAD", "num_cpus": 0,
+                                 "num_gpus": gpus / partitions}
+    return "cpu", threads, {"scheduling_strategy": "SPREAD",
+                            "num_cpus": threads * RESTART_HEADROOM}
+
+
 class Run:
     """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``."""
 
@@ -348,14 +366,7 @@ class Run:
                  progress: Progress | None = None) -> None:
         self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
         self.progress = progress or (lambda event, info: None)
-        cpus, gpus = _resources()
-        self.device = "cuda" if gpus else "cpu"
-        self.actor_cpus = cpus / partitions  # the threads each actor runs
-        # Actors are spread over the nodes and reserve half their threads' CPUs, so that the
-        # actors of a lost node can be restarted on the nodes that are left.
-        self.actor_options = {"scheduling_strategy": "SPREAD",
-                              **({"num_cpus": 0, "num_gpus": gpus / partitions} if gpus
-                                 else {"num_cpus": self.actor_cpus * RESTART_HEADROOM})}
+        self.device, self.actor_cpus, self.actor_options = placement(*_resources(), partitions)
         self.usage: list[dict] = []
         self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
 
