@@ -137,7 +137,8 @@ class PartWorker:
         in ``needs`` (``own``: this part's previous rows, for BasicTFGM's residual)."""
         start = time.perf_counter()
         part = self.parts[g]
-        h_halo = torch.from_numpy(np.concatenate(needed)[part.gather]).to(self.device)
+        rows = needed[0] if len(needed) == 1 else np.concatenate(needed)
+        h_halo = torch.from_numpy(_take(rows, part.gather)).to(self.device)
         out = layer(self.blocks[g], h_halo, self.params[l], self.cfg.relu)
         if self.cfg.basic:
             out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
