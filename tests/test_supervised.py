@@ -7,6 +7,9 @@ when ../shared/data is absent) and ``cli.main`` writing real Parquet output.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -281,6 +284,26 @@ def test_cli_align_supervised_writes_matches(labelled_task, tmp_path):
         f"s{v}" for v in range(60)}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["supervised"]["k"] == 2 and "collection" in manifest["inputs"]
+
+
+def test_align_supervised_killed_in_the_write_stage_resumes_like_align(labelled_task, tmp_path):
+    t = labelled_task
+    args = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align-supervised", str(t["collection"]),
+            str(t["source"]), str(t["target"]), "--gold", str(t["gold"])]
+    calm = subprocess.run([*args, "--out", str(tmp_path / "calm")], capture_output=True)
+    assert calm.returncode == 0, calm.stderr
+    out = tmp_path / "lake" / "run"
+    out.parent.mkdir()
+    killed = subprocess.run([*args, "--out", str(out)], capture_output=True,
+                            env={**os.environ, "TFGM_FAILPOINT": "write"})
+    assert killed.returncode == -9 and not out.exists()
+    rerun = subprocess.run([*args, "--out", str(out)], capture_output=True)
+    assert rerun.returncode == 0, rerun.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "resume" in metrics["seconds"] and "knn" not in metrics["seconds"]
+    assert metrics["collection"] == {"graphs": 3, "nodes": 180, "labels": 60}
+    assert pq.read_table(out / "matches").equals(pq.read_table(tmp_path / "calm" / "matches"))
+    assert sorted(p.name for p in out.parent.iterdir()) == ["run"]
 
 
 def test_cli_bad_label_file_exits_2_and_writes_nothing(labelled_task, tmp_path, capsys):

@@ -23,12 +23,15 @@ from .pipeline import Stopwatch, align, load_pair, match_table, peak_rss_bytes
 log = logging.getLogger("tfgm_dist")
 
 
-def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dict:
+def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
+        collection: str | None = None) -> dict:
     """The whole job ``cfg.job`` describes: load, align, write ``out`` atomically.
 
     With ``cfg.ray.partitions`` > 0 the stages after load run on Ray (see
-    :mod:`tfgm_dist.distributed`); ``progress`` then hears of each embedding layer. Returns
-    the metrics written.
+    :mod:`tfgm_dist.distributed`); ``progress`` then hears of each embedding layer. With a
+    ``collection`` of labelled graphs the pair is matched through it (``align-supervised``,
+    :mod:`tfgm_dist.supervised`; its label search is what runs on Ray). A job killed after
+    its assign stage resumes from its checkpoint. Returns the metrics written.
     """
     job = cfg.job
     paths = {name: getattr(job, name) or None
@@ -36,10 +39,17 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
     for name in ("source", "target", "out"):
         if not getattr(job, name):
             raise InputError(f"no {name} given (argument or job.{name} in the config)")
+    if collection is not None:
+        if job.seeds:
+            raise InputError(f"{job.seeds}: align-supervised takes no seed pairs")
+        paths["collection"] = collection
     out = write.check_output(job.out, job.overwrite, job.output_root)
     watch, start = Stopwatch(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tfgm-inputs-") as tmp, watch.stage("load"):
         local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
+        if collection is not None:
+            from .supervised import load_collection
+            coll = load_collection(local["collection"], cfg.seed)
         pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
                          seeds=local["seeds"], gold=local["gold"],
                          candidates=local["candidates"], queries=local["queries"])
@@ -51,6 +61,8 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
     about = {"config": cfg.to_dict(), "versions": write.versions(), "inputs": inputs}
     resume = checkpoint.location(out, checkpoint.run_key(about))
     done = checkpoint.load(resume)
+    extra = {} if collection is None else {"collection": {
+        "graphs": coll.num_graphs, "nodes": coll.graph.num_nodes, "labels": coll.num_labels}}
     with write.staging(out) as stage:
         if done is not None:
             log.info("resuming from %s: an earlier run of this job got past the assign stage",
@@ -60,8 +72,8 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
                 files = [write.write_matches(stage, match_table(
                     pair, checkpoint.load_piece(resume, q), cfg.top_k), about, part=q)
                     for q in range(parts)]
-            extra = {"resumed_from": str(resume)}
-        elif cfg.ray.partitions:
+            extra["resumed_from"] = str(resume)
+        elif cfg.ray.partitions and collection is None:
             smaller = min(pair.source.num_nodes, pair.target.num_nodes)
             if cfg.ray.partitions > smaller:
                 raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the "
@@ -70,15 +82,19 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None) -> dic
             distributed.connect(cfg.ray.address)
             on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress)
             quality, files = on_ray.align_and_write(stage, about, resume)
-            extra = {"ray": on_ray.report()}
+            extra["ray"] = on_ray.report()
         else:
-            result = align(pair, cfg, watch)
+            if collection is None:
+                result = align(pair, cfg, watch)
+            else:
+                from .supervised import align_supervised
+                result = align_supervised(pair, coll, cfg, watch)
             with watch.stage("checkpoint"):
                 checkpoint.save_piece(resume, 0, result)
                 checkpoint.save_done(resume, result.metrics, 1)
             with watch.stage("write"):
                 files = [write.write_matches(stage, match_table(pair, result, cfg.top_k), about)]
-            quality, extra = result.metrics, {}
+            quality = result.metrics
         metrics = {**quality,
                    "seconds": {**watch.seconds, "total": time.perf_counter() - start},
                    "peak_rss_bytes": peak_rss_bytes(),
@@ -194,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             metrics = _demo(args)
         elif args.command == "align-supervised":
-            from .supervised import run as run_supervised
-            metrics = run_supervised(_config(args), args.collection)
+            metrics = run(_config(args), collection=args.collection)
         else:
             metrics = run(_config(args))
     except InputError as e:

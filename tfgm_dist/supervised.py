@@ -37,8 +37,6 @@ it runs on :math:`N` copies of the query graph (copy :math:`n` holds the candida
 """
 from __future__ import annotations
 
-import tempfile
-import time
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -50,13 +48,13 @@ import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
 
-from . import assign, write
+from . import assign
 from .config import Config, FeatureConfig
 from .embed import EmbedConfig, Operator, graph_operator, whole
 from .graph import Graph, InputError
-from .load import fetch, load_graph, load_labels
-from .pipeline import (Pair, Result, Stopwatch, align, embeddings, input_features, load_pair,
-                       match_table, operators, peak_rss_bytes, search_options)
+from .load import load_graph, load_labels
+from .pipeline import (Pair, Result, Stopwatch, align, embeddings, input_features, operators,
+                       search_options)
 from .refine import refine
 from .search import Candidates, build_index, search
 
@@ -355,41 +353,3 @@ def align_supervised(pair: Pair, collection: Collection, cfg: Config,
     with watch.stage("embed"):
         o_c, o_s, o_t = embed_with_collection(pair, collection, cfg)
     return align_labelled(pair, collection, o_c, o_s, o_t, cfg, watch)
-
-
-def run(cfg: Config, collection: str) -> dict:
-    """``tfgm-dist align-supervised``: load, align through ``collection``, write ``job.out``
-    atomically (the layout of ``tfgm-dist align``). Returns the metrics written."""
-    job = cfg.job
-    for name in ("source", "target", "out"):
-        if not getattr(job, name):
-            raise InputError(f"no {name} given (argument or job.{name} in the config)")
-    if job.seeds:
-        raise InputError(f"{job.seeds}: align-supervised takes no seed pairs")
-    out = write.check_output(job.out, job.overwrite, job.output_root)
-    paths = {name: getattr(job, name) or None
-             for name in ("source", "target", "gold", "candidates", "queries")}
-    paths["collection"] = collection
-    watch, start = Stopwatch(), time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tfgm-inputs-") as tmp, watch.stage("load"):
-        local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
-        coll = load_collection(local["collection"], cfg.seed)
-        pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
-                         gold=local["gold"], candidates=local["candidates"],
-                         queries=local["queries"])
-        inputs = {name: {**write.fingerprint(local[name]), "path": path}
-                  for name, path in paths.items() if path}
-    about = {"config": cfg.to_dict(), "versions": write.versions(), "inputs": inputs}
-    with write.staging(out) as stage:
-        result = align_supervised(pair, coll, cfg, watch)
-        with watch.stage("write"):
-            files = [write.write_matches(stage, match_table(pair, result, cfg.top_k), about)]
-        metrics = {**result.metrics,
-                   "seconds": {**watch.seconds, "total": time.perf_counter() - start},
-                   "peak_rss_bytes": peak_rss_bytes(),
-                   "rows": files[0]["rows"],
-                   "nodes": {"source": pair.source.num_nodes, "target": pair.target.num_nodes},
-                   "collection": {"graphs": coll.num_graphs, "nodes": coll.graph.num_nodes,
-                                  "labels": coll.num_labels}}
-        write.commit(stage, out, metrics, {"files": files, **about})
-    return metrics
