@@ -1,0 +1,223 @@
+"""Scale benchmark: synthetic pairs of 100k, 300k and 1M nodes, end to end on Ray.
+
+    python -m jobs.bench_scale                                    # 100k, 300k, 1M
+    python -m jobs.bench_scale --sizes 100000 --exact-sample 2000 # a quick look
+
+For each size, ``tfgm-dist synth`` writes the pair (seed 0, Parquet layout: power-law
+degrees, mean degree 10, 5 % of the edges removed and as many added, permuted ids, 128-wide
+features with Gaussian noise), and the real command ``tfgm-dist align --partitions P`` with
+``jobs/configs/synthetic.toml`` (L = 2, ``ivfpq`` search tuned to 99 % recall@1, sparse
+one-to-one) aligns it in a new process that starts its own local Ray cluster. While it runs,
+the proportional set size (PSS) of its whole process tree is sampled every half second: PSS
+counts a shared object-store page once, so the sum is the memory the job held. The growth of
+the machine's used memory over the run is sampled beside it as a check.
+
+Then, in this process, on the same embeddings (the pipeline is deterministic): exact search
+for a seeded sample of gold sources, against the run's decided matches on that sample; and
+each stage against its bound on this machine, measured first in the same run: propagation
+against memory bandwidth for the bytes the sparse products must move (streamed: the previous
+layer read once; gathered: once per non-zero, what a random node order costs), search
+against the dense matrix-multiply rate for the multiply-adds it does (coarse quantisation,
+k-means training, exact search of the tuning sample, exact re-ranking); the fast-scan code
+lookups are not multiply-adds, and their rate is printed beside.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow.dataset as ds
+import torch
+
+from jobs.bench_engine import CONFIGS
+from tfgm_dist.config import load_config
+from tfgm_dist.pipeline import embeddings, input_features, load_pair, operators
+from tfgm_dist.search import REFINE_FACTOR, TRAIN_PER_LIST, pq_codes
+
+CONFIG = CONFIGS / "synthetic.toml"
+KMEANS_ITERATIONS = 10  # FAISS's default for the coarse quantiser
+
+
+def machine_bounds() -> dict[str, float]:
+    """Memory bandwidth (bytes/s, a 512 MiB copy) and dense float32 GEMM rate (FLOP/s),
+    best of five, with every core."""
+    torch.set_num_threads(os.cpu_count() or 1)
+    a = torch.rand(1 << 27)
+    b = torch.empty_like(a)
+    copy = min(_timed(lambda: b.copy_(a)) for _ in range(5))
+    x, y = torch.rand(4096, 4096), torch.rand(4096, 4096)
+    gemm = min(_timed(lambda: x @ y) for _ in range(5))
+    return {"bandwidth": 2 * a.numel() * 4 / copy, "gemm": 2 * 4096 ** 3 / gemm}
+
+
+def _timed(f) -> float:
+    start = time.perf_counter()
+    f()
+    return time.perf_counter() - start
+
+
+def _tree_pss(root: int) -> int:
+    """Bytes of proportional set size of ``root`` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def _used() -> int:
+    """Bytes of memory in use on this machine (``MemTotal - MemAvailable``): a check on the
+    PSS sum that also sees what no process maps, such as object-store files."""
+    info = dict(line.split(":") for line in Path("/proc/meminfo").read_text().splitlines())
+    return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+
+
+def align(folder: Path, out: Path, partitions: int) -> tuple[float, dict, int, int]:
+    """Wall seconds, metrics, peak process-tree PSS and peak growth of the machine's used
+    memory during one ``tfgm-dist align`` run."""
+    cmd = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(folder / "source"),
+           str(folder / "target"), "--gold", str(folder / "gold.parquet"), "--config",
+           str(CONFIG), "--partitions", str(partitions), "--out", str(out)]
+    base, start = _used(), time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    peak = [0, 0]
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_pss(proc.pid))
+            peak[1] = max(peak[1], _used() - base)
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    if proc.wait():
+        raise SystemExit(f"align failed with exit {proc.returncode}: {' '.join(cmd)}")
+    wall = time.perf_counter() - start
+    sampler.join()
+    return wall, json.loads((out / "metrics.json").read_text()), peak[0], peak[1]
+
+
+def exact_check(folder: Path, out: Path, sample: int, m: dict, bounds: dict) -> dict:
+    """Exact search against the run's matches on a sample; each stage against its bound."""
+    cfg = load_config(CONFIG)
+    pair = load_pair(folder / "source", folder / "target", cfg, gold=folder / "gold.parquet")
+    x_s, x_t = input_features(pair, cfg)
+    ops = operators(pair, cfg)
+    o_s, o_t = embeddings(pair, x_s, x_t, cfg, ops)
+    gold_s, gold_t = pair.gold
+    pick = np.sort(np.random.default_rng(0).choice(gold_s.size, min(sample, gold_s.size),
+                                                   replace=False))
+    _, top = faiss.knn(o_s[gold_s[pick]].numpy(), o_t.numpy(), 1,
+                       metric=faiss.METRIC_INNER_PRODUCT)
+    exact = float(np.mean(top[:, 0] == gold_t[pick]))
+    matches = ds.dataset(out / "matches", format="parquet").to_table(
+        filter=ds.field("rank") == 1, columns=["source_id", "target_id"]).to_pydict()
+    decided = dict(zip(matches["source_id"], matches["target_id"]))
+    s_ids = pair.source.ids.take(gold_s[pick]).to_pylist()
+    t_ids = pair.target.ids.take(gold_t[pick]).to_pylist()
+    run = float(np.mean([decided.get(s) == t for s, t in zip(s_ids, t_ids)]))
+
+    n, d = pair.target.num_nodes, o_t.size(1)
+    width, layers = x_s.size(1), cfg.embed.layers
+    # per layer and graph: CSR values + column indices + row pointers and one write of the new
+    # layer, plus the previous layer read once (streamed: the best node order could do) or
+    # once per non-zero (gathered: what a random node order costs)
+    csr = sum(op.edge_index.size(1) * 12 + op.num_nodes * (8 + width * 4) for op in ops)
+    streamed = layers * (csr + sum(op.num_nodes * width * 4 for op in ops))
+    gathered = layers * (csr + sum(op.edge_index.size(1) * width * 4 for op in ops))
+    procs = m["ray"]["processes"]
+    embed_s = max(p["seconds"].get("embed", 0.0) for p in procs)
+    search_s = max(p["seconds"].get("search", 0.0) for p in procs)
+    tuned = m["search"]["forward"]
+    nlist, nprobe, q = tuned["nlist"], tuned["nprobe"], pair.source.num_nodes
+    madds = (TRAIN_PER_LIST["ivfpq"] * nlist * nlist * d * KMEANS_ITERATIONS  # training
+             + (n + q) * nlist * d  # coarse assignment of targets and sources
+             + tuned["sample"] * n * d  # exact search on the tuning sample
+             + q * REFINE_FACTOR * cfg.search.k * d)  # exact re-ranking
+    lookups = q * nprobe * (n / nlist) * pq_codes(d)
+    return {"sample": int(pick.size), "exact": 100 * exact, "run": 100 * run,
+            "embed_s": embed_s, "streamed_s": streamed / bounds["bandwidth"],
+            "gathered_s": gathered / bounds["bandwidth"],
+            "search_s": search_s, "search_bound_s": 2 * madds / bounds["gemm"],
+            "lookups_per_s": lookups / search_s, "nprobe": nprobe, "nlist": nlist,
+            "recall": 100 * tuned["recall@1"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="100000,300000,1000000")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--exact-sample", type=int, default=10000)
+    p.add_argument("--data", help="keep the generated pairs here (reused when present)")
+    args = p.parse_args()
+    bounds = machine_bounds()
+    print(f"machine: {os.cpu_count()} cores; memory bandwidth {bounds['bandwidth'] / 1e9:.1f} "
+          f"GB/s (copy); dense GEMM {bounds['gemm'] / 1e9:.0f} GFLOP/s (float32)\n")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tfgm-scale-") as tmp:
+        data = Path(args.data or tmp)
+        for n in (int(x) for x in args.sizes.split(",")):
+            folder = data / f"synth-{n}"
+            if not (folder / "gold.parquet").exists():
+                subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth",
+                                str(folder), "--nodes", str(n)], check=True,
+                               stdout=subprocess.DEVNULL)
+            out = Path(tmp) / f"out-{n}"
+            wall, m, pss, used = align(folder, out, args.partitions)
+            check = exact_check(folder, out, args.exact_sample, m, bounds)
+            rows.append((n, wall, m, (pss, used), check))
+            print(f"{n}: {wall:.0f} s, {pss / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+    _print(rows, args.partitions)
+
+
+def _print(rows: list, partitions: int) -> None:
+    stages = ("load", "features", "partition", "embed", "search", "refine+assign", "write")
+    print(f"| nodes | wall s | vs first | {' | '.join(stages)} | peak PSS GiB (all processes) "
+          f"| peak used GiB (machine) | Hits@1 | one-to-one acc |")
+    print("|---|---|---|" + "---|" * len(stages) + "---|---|---|---|")
+    base = rows[0][1]
+    for n, wall, m, (pss, used), _ in rows:
+        sec = " | ".join(f"{m['seconds'].get(s, 0):.1f}" for s in stages)
+        print(f"| {n:,} | {wall:.0f} | {wall / base:.1f}x | {sec} | {pss / 2**30:.2f} "
+              f"| {used / 2**30:.2f} | {m['hits@1']:.2f} | {m['accuracy']:.2f} |")
+    print(f"\nRay, P = {partitions}. Exact search on a sample of gold sources, same embeddings:\n")
+    print("| nodes | sample | exact Hits@1 | run's match | nprobe / nlist | tuned recall@1 |")
+    print("|---|---|---|---|---|---|")
+    for n, _, _, _, c in rows:
+        print(f"| {n:,} | {c['sample']:,} | {c['exact']:.2f} | {c['run']:.2f} "
+              f"| {c['nprobe']} / {c['nlist']} | {c['recall']:.2f} |")
+    print("\nStages against this machine's bounds (ratio = bound s / actual s):\n")
+    print("| nodes | embed s | streamed bound s | gathered bound s | ratio (gathered) "
+          "| search s | GEMM bound s | ratio | code lookups /s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, _, _, _, c in rows:
+        print(f"| {n:,} | {c['embed_s']:.1f} | {c['streamed_s']:.2f} | {c['gathered_s']:.2f} "
+              f"| {c['gathered_s'] / c['embed_s']:.2f} | {c['search_s']:.1f} "
+              f"| {c['search_bound_s']:.1f} | {c['search_bound_s'] / c['search_s']:.2f} "
+              f"| {c['lookups_per_s'] / 1e9:.1f} G |")
+
+
+if __name__ == "__main__":
+    main()
