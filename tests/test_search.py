@@ -113,18 +113,20 @@ def test_tuning_raises_nprobe_until_the_sampled_recall_is_met():
     assert np.mean(got[:, 0] >= exact_best(x_t, x_s) - 1e-5) >= 0.93
 
 
-def test_tuning_doubles_nprobe_and_stops_at_all_lists():
+def test_tuning_raises_nprobe_by_root_two_and_stops_at_all_lists():
     seen = []
 
     def measure(nprobe):  # finds the exact best for nprobe of 10 queries
         seen.append(nprobe)
         return np.arange(10.0) < nprobe, np.ones(10), 12
 
-    assert tune_nprobe(measure, 3, 0.5)["nprobe"] == 6 and seen == [3, 6]
+    assert tune_nprobe(measure, 1, 0.5)["nprobe"] == 6 and seen == [1, 2, 3, 4, 6]
     seen.clear()
-    report = tune_nprobe(measure, 3, 1.0)
-    assert seen == [3, 6, 12] and report == {"nprobe": 12, "nlist": 12, "recall@1": 1.0,
-                                             "sample": 10}
+    report = tune_nprobe(measure, 8, 1.0)
+    assert seen == [8, 11] and report == {"nprobe": 11, "nlist": 12, "recall@1": 1.0,
+                                          "sample": 10}
+    seen.clear()
+    assert tune_nprobe(lambda n: (np.zeros(10), np.ones(10), 12), 8, 0.9)["nprobe"] == 12
 
 
 def test_top_k_tunes_ivf_but_not_exact_indexes_and_reports_it():

@@ -45,7 +45,7 @@ class SearchConfig:
     k: int = 50  # candidates kept per source for refinement, ranking and assignment
     nlist: int = 0  # IVF lists; 0 = 4 sqrt(n) for ivf, sqrt(n) for ivfpq
     nprobe: int = 16  # IVF lists probed; raised by the recall target when that is set
-    recall: float = 0.99  # IVF: nprobe doubles until this share of sampled queries finds its
+    recall: float = 0.99  # IVF: nprobe grows (x1.41) until this share of sampled queries finds its
     # exact best match (0 = keep nprobe)
     hnsw_m: int = 32
     ef_search: int = 128
