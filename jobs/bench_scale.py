@@ -46,6 +46,13 @@ from tfgm_dist.search import REFINE_FACTOR, TRAIN_PER_LIST, pq_codes
 CONFIG = CONFIGS / "synthetic.toml"
 KMEANS_ITERATIONS = 10  # FAISS's default for the coarse quantiser
 
+# The GPU projection: one NVIDIA A100 80 GB SXM by its datasheet (FP32 without tensor cores,
+# HBM2e bandwidth, memory), and the share of those peaks assumed reachable by FAISS's GPU IVF
+# scan and by cuSPARSE's SpMM.
+A100 = {"flops": 19.5e12, "bandwidth": 2.039e12, "memory": 80e9}
+GPU_EFFICIENCY = 0.25
+HOST_STAGES = ("load", "features", "partition", "refine+assign", "write")  # CPU, driver side
+
 
 def machine_bounds() -> dict[str, float]:
     """Memory bandwidth (bytes/s, a 512 MiB copy) and dense float32 GEMM rate (FLOP/s),
@@ -158,6 +165,7 @@ def exact_check(folder: Path, out: Path, sample: int, m: dict, bounds: dict) -> 
              + q * REFINE_FACTOR * cfg.search.k * d)  # exact re-ranking
     lookups = q * nprobe * (n / nlist) * pq_codes(d)
     return {"sample": int(pick.size), "exact": 100 * exact, "run": 100 * run,
+            "gathered_bytes": gathered, "dim": d,
             "embed_s": embed_s, "streamed_s": streamed / bounds["bandwidth"],
             "gathered_s": gathered / bounds["bandwidth"],
             "search_s": search_s, "search_bound_s": 2 * madds / bounds["gemm"],
@@ -217,6 +225,33 @@ def _print(rows: list, partitions: int) -> None:
               f"| {c['gathered_s'] / c['embed_s']:.2f} | {c['search_s']:.1f} "
               f"| {c['search_bound_s']:.1f} | {c['search_bound_s'] / c['search_s']:.2f} "
               f"| {c['lookups_per_s'] / 1e9:.1f} G |")
+
+    _projection(*rows[-1])
+
+
+def _projection(n0: int, wall: float, m: dict, memory: tuple, c: dict) -> None:
+    """What the same job costs at 1M, 10M and 100M nodes on 1, 8 and 64 A100 GPUs, from this
+    run's largest size: the driver-side stages scale linearly from their measured seconds;
+    embed and search are projected from the work they do (bytes gathered; multiply-adds of a
+    GPU IVF search with the measured probed fraction of lists, nlist = sqrt(n))."""
+    f, d = c["nprobe"] / c["nlist"], c["dim"]
+    host = sum(m["seconds"].get(s, 0.0) for s in HOST_STAGES) / n0
+    print(f"\nProjection for A100 GPUs ({GPU_EFFICIENCY:.0%} of peak), from the {n0:,} run: "
+          f"host stages {host * 1e6:.1f} s per 1M nodes, search probes {f:.1%} of the lists:\n")
+    print("| nodes | GPUs | host stages s | embed s | search s | total s | dominant | "
+          "target embedding per GPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in (10 ** 6, 10 ** 7, 10 ** 8):
+        for gpus in (1, 8, 64):
+            rate = gpus * GPU_EFFICIENCY
+            embed = c["gathered_bytes"] * n / n0 / (rate * A100["bandwidth"])
+            search = 2 * n * (n ** 0.5 * d + f * n * d) / (rate * A100["flops"])
+            share = n * d * 4 / gpus
+            fits = "fits" if share <= 0.8 * A100["memory"] else "does not fit"
+            stages = {"host": host * n, "embed": embed, "search": search}
+            print(f"| {n:,} | {gpus} | {host * n:,.0f} | {embed:,.2f} | {search:,.0f} "
+                  f"| {sum(stages.values()):,.0f} | {max(stages, key=stages.get)} "
+                  f"| {share / 1e9:,.1f} GB, {fits} |")
 
 
 if __name__ == "__main__":
