@@ -120,12 +120,12 @@ def test_the_scale_config_tunes_nprobe_on_the_merged_shards_and_p_1_equals_one_p
     assert base.search.index == "ivfpq" and base.assign.method == "one-to-one"
     paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
     single = cli.run(job(base, tmp_path / "single", 0, **paths))
-    assert single["search"]["forward"]["recall@1"] >= 0.99
+    assert single["search"]["forward"]["recall@1"] >= 0.995
     one = cli.run(job(base, tmp_path / "p1", 1, **paths))
     assert_same_rows(tmp_path / "single", tmp_path / "p1")
     assert one["search"] == single["search"]
     two = cli.run(job(base, tmp_path / "p2", 2, **paths))
-    assert two["search"]["forward"]["recall@1"] >= 0.99
+    assert two["search"]["forward"]["recall@1"] >= 0.995
     assert two["search"]["forward"]["sample"] == single["search"]["forward"]["sample"]
     assert two["accuracy"] >= single["accuracy"] - 1 > 80
 
