@@ -37,6 +37,22 @@ def test_search_streams_blocks_without_changing_the_result():
     assert torch.equal(one.index, blocked.index) and torch.equal(one.scores, blocked.scores)
 
 
+def test_a_sharded_flat_index_merged_equals_one_index_bit_for_bit():
+    """Wide rows and many exact ties (duplicated rows), as featureless graphs give: BLAS rounds
+    a pair differently in products of other shapes, so the shards must not decide by it."""
+    rng = np.random.default_rng(5)
+    x_t = np.repeat(rng.standard_normal((150, 2048)).astype(np.float32), 4, axis=0)
+    x_s = x_t[rng.choice(600, 200)] + 0.01 * rng.standard_normal((200, 2048)).astype(np.float32)
+    one = search(build_index(x_t, "flat"), x_s, 10)
+    shard = rng.permutation(600) % 3
+    lists = [search(build_index(x_t[ids], "flat"), x_s, 10, ids=ids)
+             for ids in (np.flatnonzero(shard == p) for p in range(3))]
+    merged = Candidates.sorted(torch.cat([c.scores for c in lists], 1),
+                               torch.cat([c.index for c in lists], 1))
+    assert torch.equal(merged.index[:, :10], one.index)
+    assert torch.equal(merged.scores[:, :10], one.scores)
+
+
 def test_candidates_restrict_the_search_and_map_ids_back():
     x_s, x_t = random_points(60, 16, 4), random_points(200, 16, 5)
     cand = np.sort(np.random.default_rng(6).choice(200, size=40, replace=False))

@@ -174,8 +174,8 @@ STEP = 2 ** 0.5  # nprobe grows by this factor: search time is linear in nprobe,
 
 
 def tune_nprobe(measure: Measure, nprobe: int, target: float) -> dict:
-    """Raise ``nprobe`` by steps of :data:`STEP` until the search finds the exact best match of at least ``target``
-    of the sample queries; returns what was measured.
+    """Raise ``nprobe`` by steps of :data:`STEP` until the search finds the exact best match
+    of at least ``target`` of the sample queries; returns what was measured.
 
     ``measure(nprobe)`` gives, per sample query, the best score found and the exact best
     score, and the number of lists (it runs :func:`probe` on one index, or on every shard
@@ -193,6 +193,25 @@ def tune_nprobe(measure: Measure, nprobe: int, target: float) -> dict:
         nprobe = min(max(nprobe + 1, round(nprobe * STEP)), nlist)
 
 
+FLAT_ROUNDING = 1e-6  # bound on |BLAS score - pair score| / (|query| |row|), ~50x measured
+
+
+def pair_scores(index: faiss.IndexFlat, queries: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``[n, w]`` the inner product of each query with the index rows ``labels`` (``-1``:
+    ``-inf``), each pair computed on its own.
+
+    FAISS scores a flat index through BLAS, whose rounding depends on the shape of the
+    product: the same pair can differ in its last bits between a shard and the whole index,
+    and break a tie the other way. A pair's own inner product depends on the pair alone.
+    """
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    out = np.empty(labels.shape, dtype=np.float32)
+    index.compute_distance_subset(labels.shape[0], faiss.swig_ptr(queries), labels.shape[1],
+                                  faiss.swig_ptr(out), faiss.swig_ptr(labels))
+    return np.where(labels >= 0, out, -np.inf).astype(np.float32)
+
+
 def search(index: faiss.Index, queries: np.ndarray, k: int, *,
            ids: np.ndarray | None = None, block: int = 16384) -> Candidates:
     """Top-``k`` rows of ``index`` for every query row, streamed in blocks of ``block``.
@@ -200,8 +219,10 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     ``ids`` maps the index's row numbers to target node numbers (used when the index holds
     only a candidate subset of the targets). The lists are canonical (see
     :meth:`Candidates.sorted`), also where the ``k``-th score ties with scores beyond it:
-    those rows are searched again, wider, until the whole tie is seen. So the top-k of a
-    sharded index, merged, equals the top-k of one index (for exact ``flat`` indexes).
+    those rows are searched again, wider, until the whole tie is seen. A ``flat`` index's
+    scores are those of :func:`pair_scores`, and a tie there is anything FAISS scored within
+    its rounding of the ``k``-th. So the top-k of a sharded flat index, merged, equals the
+    top-k of one index, bit for bit.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -210,19 +231,26 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     ids = np.arange(index.ntotal, dtype=np.int64) if ids is None else ids
     scores = torch.full((n, k), -torch.inf)
     found = torch.full((n, k), -1, dtype=torch.long)
+    flat = isinstance(index, faiss.IndexFlat)
+    if flat:
+        stored = faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d)
+        norms = np.linalg.norm(stored.reshape(index.ntotal, index.d), axis=1)
+        largest = float(norms.max(initial=0.0))
     for start in range(0, n, block):
         stop = min(start + block, n)
         rows = np.arange(start, stop)
         width = min(k + 1, index.ntotal)
         while rows.size:
-            s, i = index.search(queries[rows], width)
-            c = Candidates.sorted(torch.from_numpy(s),
+            q = queries[rows]
+            s, i = index.search(q, width)
+            c = Candidates.sorted(torch.from_numpy(pair_scores(index, q, i) if flat else s),
                                   torch.from_numpy(np.where(i >= 0, ids[np.maximum(i, 0)], -1)))
             kept = min(k, width)
             scores[rows, :kept], found[rows, :kept] = c.scores[:, :kept], c.index[:, :kept]
             if width <= k or width == index.ntotal:
                 break
-            tied = (s[:, k - 1] == s[:, -1]) & (i[:, -1] >= 0)
+            slack = FLAT_ROUNDING * np.linalg.norm(q, axis=1) * largest if flat else 0.0
+            tied = (s[:, -1] >= c.scores[:, k - 1].numpy() - slack) & (i[:, -1] >= 0)
             rows, width = rows[tied], min(2 * width, index.ntotal)
         log.info("search: %d/%d queries", stop, n)
     return Candidates(scores, found)
