@@ -11,7 +11,8 @@ import ray
 import torch
 
 from tfgm_dist import cli
-from tfgm_dist.distributed import connect
+from tfgm_dist.distributed import connect, graph_parts
+from tfgm_dist.embed import graph_operator
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.graph import InputError
 from tfgm_dist.partition import partition, pymetis
@@ -60,6 +61,27 @@ def test_partition_covers_every_node_once_in_non_empty_parts():
             nodes = pt.nodes(p)
             assert (pt.position[nodes] == np.arange(nodes.size)).all()
         assert pt.cut_edges(torch.stack([src, dst])) < 3000
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_each_part_receives_exactly_its_halo_rows_from_the_others(parts):
+    n = 400
+    gen = torch.Generator().manual_seed(4)
+    op = graph_operator(torch.randint(0, n, (2, 1600), generator=gen), n)
+    x = torch.randn(n, 5, generator=gen)
+    parting = partition(op.edge_index, n, parts, seed=0)
+    plan = graph_parts(op, [x], parting)
+    sent = 0
+    for p, gp in enumerate(plan):
+        own = x[parting.nodes(p)].numpy()
+        slices = [plan[q].sends[plan[q].consumers.index(p)] for q in gp.needs]
+        received = [x[parting.nodes(q)].numpy()[r] for q, r in zip(gp.needs, slices)]
+        rows = np.concatenate([own, *received])[gp.gather]
+        np.testing.assert_array_equal(rows, x[gp.block.halo].numpy())  # the halo, in order
+        outside = int((parting.part[gp.block.halo.numpy()] != p).sum())
+        assert sum(r.size for r in slices) == outside  # only halo rows cross, never more
+        sent += outside
+    assert (sent == 0) == (parts == 1)
 
 
 def test_partition_refuses_more_parts_than_nodes():

@@ -5,8 +5,9 @@ graphs then runs in Ray workers, and the driver hands them object references, no
 
 - **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
   ``p`` holds part ``p``'s row blocks of both operators and, layer by layer, computes its rows
-  of :math:`F_l` from the previous layer's rows of its 1-hop halo, which it receives as the
-  object references of the parts that hold them.
+  of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
+  other part the slice of that part's rows in its halo, which that part returns as a separate
+  object (:func:`graph_parts` plans who sends which rows to whom).
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and one task per query part merges the per-shard top-k.
 - **refine, assign**: one task runs the single-process code on the merged candidates (both
@@ -105,12 +106,19 @@ def _threads(num_cpus: float) -> int:
 
 @dataclass(frozen=True)
 class GraphPart:
-    """What the actor of one part needs of one graph."""
+    """What the actor of one part needs of one graph, and what it sends to the others.
+
+    A layer of part ``p`` reads the previous layer's rows of its halo: its own part's rows,
+    which it made, and for each other part ``q`` in ``needs`` only the rows of ``q`` in its
+    halo, which ``q`` sends as a slice of its output (``sends``), not its whole part.
+    """
 
     block: RowBlock  # the part's rows of the operator, columns = its halo
     inputs: list[np.ndarray]  # per channel, the part's rows of X, [n_p, d]
-    needs: list[int]  # parts holding the halo's rows, in the order they are passed
-    gather: np.ndarray  # halo rows within the concatenation of the needed parts' rows
+    needs: list[int]  # other parts holding halo rows, in the order their slices are passed
+    gather: np.ndarray  # halo rows within [own rows; the needed parts' slices]
+    consumers: list[int]  # other parts whose halo holds some of this part's rows
+    sends: list[np.ndarray]  # per consumer, the rows of this part it needs (its slice)
 
 
 @ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
@@ -128,22 +136,29 @@ class PartWorker:
         self.exact: dict[str, np.ndarray] = {}
         self.usage = Usage(f"part {p}")
 
-    def first(self, g: int, c: int) -> np.ndarray:
-        """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
-        return F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
+    def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
+        """A layer's result: the part's rows, then the slice for each consumer if ``send``
+        (the call is made with one return per item)."""
+        if not send or not self.parts[g].consumers:
+            return rows
+        return (rows, *[rows[r] for r in self.parts[g].sends])
 
-    def layer(self, g: int, l: int, own: np.ndarray, *needed: np.ndarray) -> np.ndarray:
-        """:math:`F^{(l)}` rows of graph ``g`` from the previous layer's rows of the parts
-        in ``needs`` (``own``: this part's previous rows, for BasicTFGM's residual)."""
+    def first(self, g: int, c: int, send: bool) -> Any:
+        """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
+        rows = F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
+        return self._out(g, rows, send)
+
+    def layer(self, g: int, l: int, send: bool, own: np.ndarray, *needed: np.ndarray) -> Any:
+        """:math:`F^{(l)}` rows of graph ``g`` from the previous layer's rows: ``own`` (this
+        part's) and the slices of the parts in ``needs``."""
         start = time.perf_counter()
-        part = self.parts[g]
-        rows = needed[0] if len(needed) == 1 else np.concatenate(needed)
-        h_halo = torch.from_numpy(_take(rows, part.gather)).to(self.device)
+        rows = np.concatenate([own, *needed]) if needed else own
+        h_halo = torch.from_numpy(_take(rows, self.parts[g].gather)).to(self.device)
         out = layer(self.blocks[g], h_halo, self.params[l], self.cfg.relu)
         if self.cfg.basic:
             out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
         self.usage.add("embed", start)
-        return out.cpu().numpy()
+        return self._out(g, out.cpu().numpy(), send)
 
     def concat(self, *blocks: np.ndarray) -> np.ndarray:
         """The part's embedding rows: its per-layer (and per-channel) blocks side by side."""
@@ -330,16 +345,29 @@ def _resources() -> tuple[float, float]:
     return float(total.get("CPU", 1)), float(total.get("GPU", 0))
 
 
-def _graph_part(op, xs: list[torch.Tensor], parting: Partition, p: int) -> GraphPart:
-    nodes = torch.from_numpy(parting.nodes(p))
-    block = row_block(op, nodes)
-    halo = block.halo.numpy()
-    needs = sorted(set(parting.part[halo].tolist()))
-    sizes = np.bincount(parting.part, minlength=parting.num_parts)
-    offset = np.zeros(parting.num_parts, dtype=np.int64)
-    offset[needs] = np.cumsum([0] + [sizes[q] for q in needs[:-1]])
-    gather = offset[parting.part[halo]] + parting.position[halo]
-    return GraphPart(block, [x[nodes].numpy() for x in xs], needs, gather)
+def graph_parts(op, xs: list[torch.Tensor], parting: Partition) -> list[GraphPart]:
+    """Each part's :class:`GraphPart` of one graph: its row block, inputs, and the halo rows
+    it exchanges with the other parts."""
+    P = parting.num_parts
+    blocks = [row_block(op, torch.from_numpy(parting.nodes(p))) for p in range(P)]
+    halos = [b.halo.numpy() for b in blocks]
+    owner = [parting.part[h] for h in halos]
+    needs = [sorted(set(owner[p].tolist()) - {p}) for p in range(P)]
+    consumers = [[p for p in range(P) if q in needs[p]] for q in range(P)]
+    parts = []
+    for p in range(P):
+        gather = np.empty(halos[p].size, dtype=np.int64)
+        own = owner[p] == p
+        gather[own] = parting.position[halos[p][own]]
+        offset = int((parting.part == p).sum())
+        for q in needs[p]:
+            mine = owner[p] == q
+            gather[mine] = offset + np.arange(int(mine.sum()))
+            offset += int(mine.sum())
+        sends = [parting.position[halos[c][owner[c] == p]] for c in consumers[p]]
+        parts.append(GraphPart(blocks[p], [x[blocks[p].nodes].numpy() for x in xs], needs[p],
+                               gather, consumers[p], sends))
+    return parts
 
 
 def placement(cpus: float, gpus: float, partitions: int) -> tuple[str, float, dict[str, Any]]:
@@ -391,12 +419,12 @@ class Run:
             ops = operators(pair, cfg)
             self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed)
                             for g in (pair.source, pair.target)]
-            parts = [[_graph_part(op, xs, parting, p) for op, xs, parting in
-                      zip(ops, ch, self.parting)] for p in range(P)]
-            self.needs = [[parts[p][g].needs for g in (0, 1)] for p in range(P)]
+            per_graph = [graph_parts(op, xs, parting)
+                         for op, xs, parting in zip(ops, ch, self.parting)]
+            self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
             # Held for the run: a restarted actor is rebuilt from these objects.
-            self.part_refs = [ray.put(tuple(parts[p])) for p in range(P)]
-            del parts
+            self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
+            del per_graph
         actors = dict(params=layer_params(cfg.embed, x_s.size(1), cfg.seed),
                       memory=self._actor_memory(x_s.size(1), len(ch[0])))
         for attempt in range(1, RESTARTS + 2):
@@ -473,19 +501,29 @@ class Run:
 
     def _embed(self, g: int, num_channels: int) -> list[ray.ObjectRef]:
         """Per part, the object reference of graph ``g``'s embedding rows."""
-        ec, P, w = self.cfg.embed, self.P, self.workers
+        ec, P, w, exchange = self.cfg.embed, self.P, self.workers, self.exchange[g]
+
+        def call(method, p: int, send: bool, *args) -> list[ray.ObjectRef]:
+            """The part's rows, then (if ``send``) one slice per consumer."""
+            n = 1 + len(exchange[p][1]) if send else 1
+            out = method.options(num_returns=n).remote(*args[:2], send, *args[2:])
+            return [out] if n == 1 else list(out)
+
+        def slice_for(p: int, q: int, h: list[list[ray.ObjectRef]]) -> ray.ObjectRef:
+            return h[q][1 + exchange[q][1].index(p)]
+
         blocks: list[list[ray.ObjectRef]] = [[] for _ in range(P)]
         for c in range(num_channels):
-            h = [w[p].first.remote(g, c) for p in range(P)]
-            layers = [h] if ec.include_input else []
+            h = [call(w[p].first, p, ec.layers > 0, g, c) for p in range(P)]
+            layers = [[x[0] for x in h]] if ec.include_input else []
             for l in range(ec.layers):
                 self.progress("embed-layer", {"graph": g, "channel": c, "layer": l + 1,
                                               "workers": w})
                 log.info("embed: graph %s, channel %d, layer %d/%d on %d parts",
                          "st"[g], c, l + 1, ec.layers, P)
-                h = [w[p].layer.remote(g, l, h[p], *[h[q] for q in self.needs[p][g]])
-                     for p in range(P)]
-                layers.append(h)
+                h = [call(w[p].layer, p, l + 1 < ec.layers, g, l, h[p][0],
+                          *[slice_for(p, q, h) for q in exchange[p][0]]) for p in range(P)]
+                layers.append([x[0] for x in h])
             for p in range(P):
                 blocks[p] += [layers[-1][p]] if ec.basic else [lay[p] for lay in layers]
         return [w[p].concat.remote(*blocks[p]) for p in range(P)]
