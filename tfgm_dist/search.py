@@ -219,10 +219,11 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     ``ids`` maps the index's row numbers to target node numbers (used when the index holds
     only a candidate subset of the targets). The lists are canonical (see
     :meth:`Candidates.sorted`), also where the ``k``-th score ties with scores beyond it:
-    those rows are searched again, wider, until the whole tie is seen. A ``flat`` index's
+    those rows are searched again, wider, until the whole tie is seen. A CPU ``flat`` index's
     scores are those of :func:`pair_scores`, and a tie there is anything FAISS scored within
     its rounding of the ``k``-th. So the top-k of a sharded flat index, merged, equals the
-    top-k of one index, bit for bit.
+    top-k of one index, bit for bit. (A GPU flat index keeps FAISS's scores: its shards can
+    break near-ties differently.)
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
