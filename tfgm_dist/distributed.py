@@ -143,12 +143,12 @@ class PartWorker:
             return rows
         return (rows, *[rows[r] for r in self.parts[g].sends])
 
-    def first(self, g: int, c: int, send: bool) -> Any:
+    def first(self, send: bool, g: int, c: int) -> Any:
         """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
         rows = F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
         return self._out(g, rows, send)
 
-    def layer(self, g: int, l: int, send: bool, own: np.ndarray, *needed: np.ndarray) -> Any:
+    def layer(self, send: bool, g: int, l: int, own: np.ndarray, *needed: np.ndarray) -> Any:
         """:math:`F^{(l)}` rows of graph ``g`` from the previous layer's rows: ``own`` (this
         part's) and the slices of the parts in ``needs``."""
         start = time.perf_counter()
@@ -359,7 +359,7 @@ def graph_parts(op, xs: list[torch.Tensor], parting: Partition) -> list[GraphPar
         gather = np.empty(halos[p].size, dtype=np.int64)
         own = owner[p] == p
         gather[own] = parting.position[halos[p][own]]
-        offset = int((parting.part == p).sum())
+        offset = blocks[p].nodes.numel()
         for q in needs[p]:
             mine = owner[p] == q
             gather[mine] = offset + np.arange(int(mine.sum()))
@@ -506,7 +506,7 @@ class Run:
         def call(method, p: int, send: bool, *args) -> list[ray.ObjectRef]:
             """The part's rows, then (if ``send``) one slice per consumer."""
             n = 1 + len(exchange[p][1]) if send else 1
-            out = method.options(num_returns=n).remote(*args[:2], send, *args[2:])
+            out = method.options(num_returns=n).remote(send, *args)
             return [out] if n == 1 else list(out)
 
         def slice_for(p: int, q: int, h: list[list[ray.ObjectRef]]) -> ray.ObjectRef:

@@ -209,7 +209,8 @@ def pair_scores(index: faiss.IndexFlat, queries: np.ndarray, labels: np.ndarray)
     out = np.empty(labels.shape, dtype=np.float32)
     index.compute_distance_subset(labels.shape[0], faiss.swig_ptr(queries), labels.shape[1],
                                   faiss.swig_ptr(out), faiss.swig_ptr(labels))
-    return np.where(labels >= 0, out, -np.inf).astype(np.float32)
+    out[labels < 0] = -np.inf
+    return out
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int, *,
