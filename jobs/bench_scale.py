@@ -40,7 +40,7 @@ import torch
 
 from jobs.bench_engine import CONFIGS
 from tfgm_dist.config import load_config
-from tfgm_dist.pipeline import embeddings, input_features, load_pair, operators
+from tfgm_dist.pipeline import channels, embeddings, load_pair, operators
 from tfgm_dist.search import REFINE_FACTOR, TRAIN_PER_LIST, pq_codes
 
 CONFIG = CONFIGS / "synthetic.toml"
@@ -130,9 +130,9 @@ def exact_check(folder: Path, out: Path, sample: int, m: dict, bounds: dict) -> 
     """Exact search against the run's matches on a sample; each stage against its bound."""
     cfg = load_config(CONFIG)
     pair = load_pair(folder / "source", folder / "target", cfg, gold=folder / "gold.parquet")
-    x_s, x_t = input_features(pair, cfg)
+    chans = channels(pair, cfg)
     ops = operators(pair, cfg)
-    o_s, o_t = embeddings(pair, x_s, x_t, cfg, ops)
+    o_s, o_t = embeddings(chans, ops, cfg.seed)
     gold_s, gold_t = pair.gold
     pick = np.sort(np.random.default_rng(0).choice(gold_s.size, min(sample, gold_s.size),
                                                    replace=False))
@@ -147,7 +147,7 @@ def exact_check(folder: Path, out: Path, sample: int, m: dict, bounds: dict) -> 
     run = float(np.mean([decided.get(s) == t for s, t in zip(s_ids, t_ids)]))
 
     n, d = pair.target.num_nodes, o_t.size(1)
-    width, layers = x_s.size(1), cfg.embed.layers
+    width, layers = chans[0].x_s.size(1), cfg.embed.layers
     # per layer and graph: CSR values + column indices + row pointers and one write of the new
     # layer, plus the previous layer read once (streamed: the best node order could do) or
     # once per non-zero (gathered: what a random node order costs)

@@ -6,6 +6,7 @@ and out-of-range values are rejected with a one-line error naming the file and k
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,6 +77,22 @@ class RefineConfig:
 
 
 @dataclass(frozen=True)
+class AnchorConfig:
+    """The anchor channel: seed indicators propagated by the weight-free layers."""
+
+    enabled: bool = False  # with seeds only
+    weight: float = 1.0  # relative to the content channel's weight of 1
+    layers: int = 2
+    dim: int = 256  # indicator width: exact one-hot up to dim seeds, a projection beyond
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise ValueError(f"weight = {self.weight} is out of range (must be > 0)")
+        _at_least("layers", self.layers, 1)
+        _at_least("dim", self.dim, 1)
+
+
+@dataclass(frozen=True)
 class AssignConfig:
     method: str = "argmax"
     one_to_one: str = "auto"  # auto: Hungarian when the dense matrix is small, else sparse
@@ -137,10 +154,20 @@ class SupervisedConfig:
 
 @dataclass(frozen=True)
 class Config:
+    """Every setting of a run.
+
+    ``auto``: the job chooses every setting the user did not set (:mod:`tfgm_dist.auto`);
+    ``explicit`` lists the dotted keys the user set, in a file or on the command line, which
+    the automatic choices never touch.
+    """
+
     seed: int = 0
     top_k: int = 1  # rows written per source
+    auto: bool = True
+    explicit: tuple[str, ...] = ()
     features: FeatureConfig = field(default_factory=FeatureConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
+    anchors: AnchorConfig = field(default_factory=AnchorConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)
     assign: AssignConfig = field(default_factory=AssignConfig)
@@ -155,6 +182,10 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def is_set(self, key: str) -> bool:
+        """Whether the user set ``key`` (dotted) or, for a section, any key in it."""
+        return any(k == key or k.startswith(key + ".") for k in self.explicit)
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -174,7 +205,7 @@ def _build(cls: type, data: dict[str, Any], where: str, prefix: str = "") -> Any
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
-        if key not in names:
+        if key not in names or cls is Config and key == "explicit":
             raise InputError(f"{where}: unknown key {prefix}{key} "
                              f"(known: {', '.join(sorted(names))})")
         hint = hints[key]
@@ -194,9 +225,30 @@ def _build(cls: type, data: dict[str, Any], where: str, prefix: str = "") -> Any
         raise InputError(f"{where}: {prefix}{e}") from None
 
 
-def from_dict(data: dict[str, Any], where: str = "config") -> Config:
-    """A validated :class:`Config` from nested dicts (missing keys keep their defaults)."""
-    return _build(Config, data, where)
+def from_dict(data: dict[str, Any], where: str = "config",
+              explicit: tuple[str, ...] = ()) -> Config:
+    """A validated :class:`Config` from nested dicts (missing keys keep their defaults).
+
+    Every key present in ``data`` counts as set by the user, with those of ``explicit``;
+    ``data["explicit"]``, as :meth:`Config.to_dict` writes it, replaces that count."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: the config must be a table")
+    given = data.get("explicit")
+    data = {k: v for k, v in data.items() if k != "explicit"}
+    cfg = _build(Config, data, where)
+    keys = set(given) if given is not None else set(explicit) | set(_dotted(data))
+    return replace(cfg, explicit=tuple(sorted(keys)))
+
+
+def _dotted(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys of the leaves of nested dicts."""
+    keys = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            keys += _dotted(value, f"{prefix}{key}.")
+        else:
+            keys.append(prefix + key)
+    return keys
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -218,6 +270,8 @@ def load_config(path: str | Path | None) -> Config:
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
         raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: "
                          f"{str(e).splitlines()[0]}") from None
+    if isinstance(data, dict) and "explicit" in data:
+        raise InputError(f"{path}: unknown key explicit (it lists what the file sets)")
     cfg = from_dict(data, str(path))
     return replace(cfg, job=_relative_to(cfg.job, path.resolve().parent))
 
@@ -235,6 +289,7 @@ def _relative_to(job: JobConfig, folder: Path) -> JobConfig:
 def with_overrides(cfg: Config, **overrides: Any) -> Config:
     """``cfg`` with dotted-key overrides: ``with_overrides(cfg, **{"refine.enabled": True})``."""
     data = cfg.to_dict()
+    explicit = data.pop("explicit")
     for dotted, value in overrides.items():
         node = data
         *parents, last = dotted.split(".")
@@ -243,4 +298,5 @@ def with_overrides(cfg: Config, **overrides: Any) -> Config:
         if not isinstance(node, dict):
             raise InputError(f"command line: unknown setting {dotted}")
         node[last] = value
-    return from_dict(data, "command line")
+    cfg = _build(Config, data, "command line")
+    return replace(cfg, explicit=tuple(sorted(set(explicit) | set(overrides))))

@@ -44,8 +44,9 @@ from .config import Config
 from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
 from .graph import InputError
 from .partition import Partition, partition
+from .features import Channel
 from .pipeline import (Pair, Plan, Scored, Stopwatch, channels, conclude, dense_assignment,
-                       input_features, match_table, operators, peak_rss_bytes, plan, refined,
+                       match_table, operators, peak_rss_bytes, plan, refined, scale,
                        search_options)
 from .search import (IVF_KINDS, Candidates, build_index, exact_best, probe, probe_rows, search,
                      set_nprobe, tune_nprobe)
@@ -125,12 +126,13 @@ class GraphPart:
 class PartWorker:
     """Part ``p`` of both graphs: its embedding rows, layer by layer, and its FAISS shard."""
 
-    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart], cfg: EmbedConfig,
-                 params: list[LayerParams], num_cpus: float, device: str) -> None:
+    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart], specs: list[EmbedConfig],
+                 params: list[list[LayerParams]], num_cpus: float, device: str) -> None:
         self.threads = _threads(num_cpus)
-        self.p, self.parts, self.cfg, self.device = p, parts, cfg, device
-        self.params = [LayerParams(*(None if t is None else t.to(device)
-                                     for t in (q.weight, q.bias))) for q in params]
+        self.p, self.parts, self.specs, self.device = p, parts, specs, device
+        self.params = [[LayerParams(*(None if t is None else t.to(device)
+                                      for t in (q.weight, q.bias))) for q in channel]
+                       for channel in params]
         self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
         self.indexes: dict[str, Any] = {}
         self.exact: dict[str, np.ndarray] = {}
@@ -148,21 +150,24 @@ class PartWorker:
         rows = F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
         return self._out(g, rows, send)
 
-    def layer(self, send: bool, g: int, l: int, own: np.ndarray, *needed: np.ndarray) -> Any:
-        """:math:`F^{(l)}` rows of graph ``g`` from the previous layer's rows: ``own`` (this
-        part's) and the slices of the parts in ``needs``."""
+    def layer(self, send: bool, g: int, c: int, l: int, own: np.ndarray, *needed: np.ndarray
+              ) -> Any:
+        """:math:`F^{(l)}` rows of graph ``g``'s channel ``c`` from the previous layer's rows:
+        ``own`` (this part's) and the slices of the parts in ``needs``."""
         start = time.perf_counter()
         rows = np.concatenate([own, *needed]) if needed else own
         h_halo = torch.from_numpy(_take(rows, self.parts[g].gather)).to(self.device)
-        out = layer(self.blocks[g], h_halo, self.params[l], self.cfg.relu)
-        if self.cfg.basic:
+        out = layer(self.blocks[g], h_halo, self.params[c][l], self.specs[c].relu)
+        if self.specs[c].basic:
             out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
         self.usage.add("embed", start)
         return self._out(g, out.cpu().numpy(), send)
 
-    def concat(self, *blocks: np.ndarray) -> np.ndarray:
-        """The part's embedding rows: its per-layer (and per-channel) blocks side by side."""
-        return np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=np.float32)
+    def concat(self, scales: list[float], *blocks: np.ndarray) -> np.ndarray:
+        """The part's embedding rows: its per-layer and per-channel blocks side by side, each
+        times its channel's :math:`\\sqrt{w}` in ``scales``."""
+        return np.ascontiguousarray(np.concatenate([b * f for b, f in zip(blocks, scales)],
+                                                   axis=1), dtype=np.float32)
 
     def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict):
         """The FAISS index of this shard's ``base[base_rows]``, built on first use under
@@ -266,7 +271,7 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
 @ray.remote(max_retries=RESTARTS)
 def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
             forward: list, forward_rows: list[np.ndarray], backward: list | None,
-            backward_rows: list[np.ndarray], embeddings: list | None,
+            backward_rows: list[np.ndarray], embeddings: list | None, score_scale: float,
             resume: write.Location) -> tuple:
     """refine + assign on the merged candidates; the result cut into the source parts,
     which are also kept in ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
@@ -279,7 +284,7 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
     if embeddings is not None:
         o_s, o_t = (torch.from_numpy(e) for e in ray.get(embeddings))
     scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
-                    o_s, o_t)
+                    o_s, o_t, scale=score_scale)
     scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
     result = conclude(pair, scored, cfg, watch)
     usage.seconds = watch.seconds
@@ -399,12 +404,13 @@ class Run:
         self.usage: list[dict] = []
         self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
 
-    def _actor_memory(self, dim: int, num_channels: int) -> int:
+    def _actor_memory(self, chans: list[Channel]) -> int:
         """Bytes an actor holds at most, declared to Ray: for both graphs, its part's rows of
         the input and of two layers per channel, of its embedding and of the FAISS copy."""
         rows = (self.pair.source.num_nodes + self.pair.target.num_nodes) / self.P
-        width = self.cfg.embed.num_blocks * dim * num_channels
-        return int(rows * 4 * ((1 + 2 * num_channels) * dim + 2 * width)) + (256 << 20)
+        inputs = sum(3 * c.x_s.size(1) for c in chans)
+        width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
+        return int(rows * 4 * (inputs + 2 * width)) + (256 << 20)
 
     def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
                         ) -> tuple[dict, list[dict]]:
@@ -413,8 +419,8 @@ class Run:
         The decided matches are also kept in ``resume`` until the output is committed."""
         pair, cfg, P = self.pair, self.cfg, self.P
         with self.watch.stage("features"):
-            x_s, x_t = input_features(pair, cfg)
-            ch = channels(pair, x_s, x_t)
+            chans = channels(pair, cfg)
+            ch = [[c.x_s for c in chans], [c.x_t for c in chans]]
         with self.watch.stage("partition"):
             ops = operators(pair, cfg)
             self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed)
@@ -425,11 +431,13 @@ class Run:
             # Held for the run: a restarted actor is rebuilt from these objects.
             self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
             del per_graph
-        actors = dict(params=layer_params(cfg.embed, x_s.size(1), cfg.seed),
-                      memory=self._actor_memory(x_s.size(1), len(ch[0])))
+        self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
+        actors = dict(params=[layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans],
+                      memory=self._actor_memory(chans))
+        del chans, ch
         for attempt in range(1, RESTARTS + 2):
             try:
-                metrics, pieces = self._decide(len(ch[0]), resume, **actors)
+                metrics, pieces = self._decide(resume, **actors)
                 if self.searched:
                     metrics = {**metrics, "search": self.searched}
                 break
@@ -449,16 +457,17 @@ class Run:
         self.usage += [u for _, u in written]
         return metrics, [entry for entry, _ in written]
 
-    def _decide(self, num_channels: int, resume: write.Location, params: list[LayerParams],
-                memory: int) -> tuple[dict, list[ray.ObjectRef]]:
+    def _decide(self, resume: write.Location, params: list[list[LayerParams]], memory: int
+                ) -> tuple[dict, list[ray.ObjectRef]]:
         """embed, search, refine and assign; the metrics and the decided source parts."""
         pair, cfg, P = self.pair, self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
-            p, self.part_refs[p], cfg.embed, params, self.actor_cpus, self.device)
+            p, self.part_refs[p], [c.embed for c in self.chans], params, self.actor_cpus,
+            self.device)
             for p in range(P)]
         try:
             with self.watch.stage("embed"):
-                emb = [self._embed(g, num_channels) for g in (0, 1)]
+                emb = [self._embed(g) for g in (0, 1)]
                 ray.wait(emb[0] + emb[1], num_returns=2 * P)
             pl = plan(pair, cfg)
             with self.watch.stage("search"):
@@ -481,7 +490,7 @@ class Run:
             out = _finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
                 forward[1], None if backward is None else backward[0],
-                [] if backward is None else backward[1], embeddings, resume)
+                [] if backward is None else backward[1], embeddings, scale(self.chans), resume)
             metrics, finish_usage = ray.get(out[:2])
         self.usage += [*usage, finish_usage]
         return metrics, out[2:]
@@ -499,9 +508,9 @@ class Run:
         return replace(self.pair, source=replace(self.pair.source, **strip),
                        target=replace(self.pair.target, **strip))
 
-    def _embed(self, g: int, num_channels: int) -> list[ray.ObjectRef]:
+    def _embed(self, g: int) -> list[ray.ObjectRef]:
         """Per part, the object reference of graph ``g``'s embedding rows."""
-        ec, P, w, exchange = self.cfg.embed, self.P, self.workers, self.exchange[g]
+        P, w, exchange = self.P, self.workers, self.exchange[g]
 
         def call(method, p: int, send: bool, *args) -> list[ray.ObjectRef]:
             """The part's rows, then (if ``send``) one slice per consumer."""
@@ -513,7 +522,8 @@ class Run:
             return h[q][1 + exchange[q][1].index(p)]
 
         blocks: list[list[ray.ObjectRef]] = [[] for _ in range(P)]
-        for c in range(num_channels):
+        scales: list[float] = []
+        for c, ec in enumerate(spec.embed for spec in self.chans):
             h = [call(w[p].first, p, ec.layers > 0, g, c) for p in range(P)]
             layers = [[x[0] for x in h]] if ec.include_input else []
             for l in range(ec.layers):
@@ -521,12 +531,14 @@ class Run:
                                               "workers": w})
                 log.info("embed: graph %s, channel %d, layer %d/%d on %d parts",
                          "st"[g], c, l + 1, ec.layers, P)
-                h = [call(w[p].layer, p, l + 1 < ec.layers, g, l, h[p][0],
+                h = [call(w[p].layer, p, l + 1 < ec.layers, g, c, l, h[p][0],
                           *[slice_for(p, q, h) for q in exchange[p][0]]) for p in range(P)]
                 layers.append([x[0] for x in h])
+            kept = [layers[-1]] if ec.basic else layers
             for p in range(P):
-                blocks[p] += [layers[-1][p]] if ec.basic else [lay[p] for lay in layers]
-        return [w[p].concat.remote(*blocks[p]) for p in range(P)]
+                blocks[p] += [lay[p] for lay in kept]
+            scales += [self.chans[c].weight ** 0.5] * len(kept)
+        return [w[p].concat.remote(scales, *blocks[p]) for p in range(P)]
 
     def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
                 base: list, base_nodes: np.ndarray) -> tuple[list, list[np.ndarray]]:

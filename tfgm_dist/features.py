@@ -11,12 +11,14 @@ import logging
 import math
 import os
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .embed import EmbedConfig
 from .graph import Graph, InputError
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,61 @@ def random_projection(xs: list[torch.Tensor], dim: int, seed: int = 0) -> list[t
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(d, dim, generator=gen) / math.sqrt(dim)
     return [x @ w for x in xs]
+
+
+def anchors(n_s: int, n_t: int, seeds_s: torch.Tensor, seeds_t: torch.Tensor, dim: int,
+            seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed indicators: ``[n_s, w]`` and ``[n_t, w]`` with seed pair ``k``'s two nodes given
+    the same row ``z_k`` and every other row zero.
+
+    With ``m <= dim`` seeds, ``z_k`` is the ``k``-th unit vector (``w = m``). With more, it is a
+    seeded Gaussian ``N(0, 1/dim)`` vector of width ``w = dim``: the indicators' inner products
+    are preserved in expectation (Johnson–Lindenstrauss), so a million nodes with 200k seeds
+    cost ``n x dim``, never ``n x m``. Propagated by the weight-free layers, row ``i`` of layer
+    ``l`` is the (projected) count of ``l``-step walks from ``i`` to each seed: the node's
+    position relative to the known pairs, comparable across the two graphs.
+    """
+    m = seeds_s.numel()
+    if m != seeds_t.numel():
+        raise ValueError(f"{m} source seeds but {seeds_t.numel()} target seeds")
+    if dim < 1:
+        raise ValueError(f"anchor width must be >= 1, got {dim}")
+    if m <= dim:
+        z = torch.eye(m)
+    else:
+        z = torch.randn(m, dim, generator=torch.Generator().manual_seed(seed)) / math.sqrt(dim)
+    a_s, a_t = torch.zeros(n_s, z.size(1)), torch.zeros(n_t, z.size(1))
+    a_s[seeds_s], a_t[seeds_t] = z, z
+    return a_s, a_t
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One input of the embedding: a feature matrix per graph, embedded alike.
+
+    A pair's embedding concatenates its channels' embeddings, each scaled by
+    :math:`\\sqrt{w}`, so a score is
+    :math:`\\sum_c w_c \\sum_l \\cos(F^{(l)}_{c,i}, F^{(l)}_{c,j})`
+    and the largest score is the weighted sum of the channels' unit blocks (:attr:`scale`).
+    """
+
+    name: str
+    x_s: torch.Tensor  # [n_s, d]
+    x_t: torch.Tensor  # [n_t, d]
+    embed: EmbedConfig
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.x_s.size(1) != self.x_t.size(1):
+            raise ValueError(f"channel {self.name}: widths differ ({self.x_s.size(1)} and "
+                             f"{self.x_t.size(1)})")
+        if not self.weight > 0:
+            raise ValueError(f"channel {self.name}: weight must be > 0, got {self.weight}")
+
+    @property
+    def scale(self) -> float:
+        """The channel's largest possible score: ``weight`` times its unit blocks."""
+        return self.weight * self.embed.num_blocks
 
 
 def seed_swap(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,

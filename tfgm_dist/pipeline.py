@@ -14,6 +14,7 @@ Conventions every stage relies on:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 import signal
@@ -101,14 +102,21 @@ def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Confi
     )
 
 
+def feature_kind(pair: Pair, cfg: Config) -> str:
+    """The content channel's kind: ``cfg.features.kind``, or for ``auto`` given vectors, else
+    names, else the sinusoidal degree encoding."""
+    s, t, kind = pair.source, pair.target, cfg.features.kind
+    if kind != "auto":
+        return kind
+    return ("given" if s.features is not None and t.features is not None
+            else "names" if s.names is not None and t.names is not None
+            else "degree-sinusoidal")
+
+
 def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
-    """``X_s, X_t`` from ``cfg.features.kind`` (``auto``: given, else names, else degrees)."""
+    """``X_s, X_t`` of the content channel (see :func:`feature_kind`)."""
     fc, s, t = cfg.features, pair.source, pair.target
-    kind = fc.kind
-    if kind == "auto":
-        kind = ("given" if s.features is not None and t.features is not None
-                else "names" if s.names is not None and t.names is not None
-                else "degree-sinusoidal")
+    kind = feature_kind(pair, cfg)
     if kind == "given":
         for g in (s, t):
             if g.features is None:
@@ -146,26 +154,49 @@ def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
                                 edge_weight=g.edge_weight) for g in (pair.source, pair.target))
 
 
-def channels(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor
-             ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The inputs each graph is embedded from: ``[X]``, or with seeds TFGMws's two runs.
+def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
+    """The channels both graphs are embedded from.
 
-    A graph's embedding is the concatenation of its channels' embeddings: ``[O_s; Ô_s]``
-    and ``[Ô_t; O_t]``, whose inner product is ``<O_s, Ô_t> + <Ô_s, O_t>``, the sum of the
-    paper's two swapped runs, so one search serves both.
+    Without seeds, the content channel ``X`` alone. With seeds, TFGMws's two swapped runs of
+    it, ``(X_s, X̂_t)`` and ``(X̂_s, X_t)`` at weight 1/2 each, whose summed scores are the
+    paper's ``<O_s, Ô_t> + <Ô_s, O_t>`` (halved), so one search serves both; and, when
+    ``cfg.anchors.enabled``, the anchor channel (:func:`features.anchors`) at weight
+    ``cfg.anchors.weight``, propagated without its input block (a seed's own indicator says
+    nothing about the other nodes).
     """
+    x_s, x_t = input_features(pair, cfg)
+    kind = feature_kind(pair, cfg)
     if pair.seeds is None:
-        return [x_s], [x_t]
-    hat_s, hat_t = features.seed_swap(x_s, x_t, *(torch.from_numpy(a) for a in pair.seeds))
-    return [x_s, hat_s], [hat_t, x_t]
+        return [features.Channel(kind, x_s, x_t, cfg.embed)]
+    seeds_s, seeds_t = (torch.from_numpy(a) for a in pair.seeds)
+    hat_s, hat_t = features.seed_swap(x_s, x_t, seeds_s, seeds_t)
+    out = [features.Channel(kind, x_s, hat_t, cfg.embed, 0.5),
+           features.Channel(f"{kind}, swapped", hat_s, x_t, cfg.embed, 0.5)]
+    ac = cfg.anchors
+    if ac.enabled:
+        a_s, a_t = features.anchors(pair.source.num_nodes, pair.target.num_nodes, seeds_s,
+                                    seeds_t, ac.dim, cfg.seed)
+        spec = replace(cfg.embed, layers=ac.layers, include_input=False, bias=0.0, basic=False)
+        out.append(features.Channel("anchors", a_s, a_t, spec, ac.weight))
+    return out
 
 
-def embeddings(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config,
-               ops: tuple[Operator, Operator]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Single-process TFGM embeddings ``O_s, O_t`` of every channel, concatenated."""
-    params = layer_params(cfg.embed, x_s.size(1), cfg.seed)
-    return tuple(torch.cat([embed(x, whole(op), cfg.embed, params) for x in xs], 1)
-                 for xs, op in zip(channels(pair, x_s, x_t), ops))
+def scale(chans: list[features.Channel]) -> float:
+    """The largest score a pair of embeddings of ``chans`` can have."""
+    return sum(c.scale for c in chans)
+
+
+def embeddings(chans: list[features.Channel], ops: tuple[Operator, Operator], seed: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Single-process TFGM embeddings ``O_s, O_t``: every channel's, scaled by
+    :math:`\\sqrt{w}`, concatenated."""
+    params = [layer_params(c.embed, c.x_s.size(1), seed) for c in chans]
+    out = []
+    for g, op in enumerate(ops):
+        block = whole(op)
+        out.append(torch.cat([embed((c.x_s, c.x_t)[g], block, c.embed, p) * math.sqrt(c.weight)
+                              for c, p in zip(chans, params)], 1))
+    return out[0], out[1]
 
 
 def _searchable(n: int, restrict: np.ndarray | None, excluded: np.ndarray | None) -> np.ndarray:
@@ -217,6 +248,7 @@ class Scored:
     num_targets: int
     o_s: torch.Tensor | None  # embeddings, for a dense Hungarian on small graphs
     o_t: torch.Tensor | None
+    scale: float = 1.0  # the largest possible score (see :func:`scale`)
     refined: bool = False
     search: dict = field(default_factory=dict)  # per direction, the tuned nprobe and recall
 
@@ -236,10 +268,10 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     """Run the features, embed, search and (optionally) refine stages on a loaded pair."""
     watch = watch or Stopwatch()
     with watch.stage("features"):
-        x_s, x_t = input_features(pair, cfg)
+        chans = channels(pair, cfg)
     with watch.stage("embed"):
         ops = operators(pair, cfg)
-        o_s, o_t = embeddings(pair, x_s, x_t, cfg, ops)
+        o_s, o_t = embeddings(chans, ops, cfg.seed)
     p, k = plan(pair, cfg), cfg.search.k
     opts = {**search_options(cfg), "recall": cfg.search.recall}
     with watch.stage("search"):
@@ -253,8 +285,8 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
                                                    candidates=p.sources, **opts)
             backward = backward.scatter_rows(torch.from_numpy(p.targets), pair.target.num_nodes)
     scored = Scored(forward, backward, torch.from_numpy(p.rows), p.targets,
-                    pair.target.num_nodes, o_s, o_t, search={d: t for d, t in searches.items()
-                                                             if t})
+                    pair.target.num_nodes, o_s, o_t, scale=scale(chans),
+                    search={d: t for d, t in searches.items() if t})
     return refined(pair, cfg, scored, ops, watch)
 
 
@@ -267,10 +299,9 @@ def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operat
         rc = cfg.refine
         psi = EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
                           self_loops=cfg.embed.self_loops, include_input=rc.include_input)
-        scale = cfg.embed.num_blocks * (1 if pair.seeds is None else 2)
         fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
         block_s, block_t = whole(ops[0]), whole(ops[1])
-        common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scale, seed=cfg.seed)
+        common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scored.scale, seed=cfg.seed)
         fwd = refine(scored.forward, block_s, block_t, fixed=fixed, **common)
         bwd = refine(scored.backward, block_t, block_s,
                      fixed=None if fixed is None else (fixed[1], fixed[0]), **common)

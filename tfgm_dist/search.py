@@ -193,6 +193,7 @@ def tune_nprobe(measure: Measure, nprobe: int, target: float) -> dict:
         nprobe = min(max(nprobe + 1, round(nprobe * STEP)), nlist)
 
 
+TIE_WIDTH = 8  # a tie at the k-th score is widened up to this many times k, no further
 FLAT_ROUNDING = 1e-6  # bound on |BLAS score - pair score| / (|query| |row|), ~50x measured
 
 
@@ -220,7 +221,11 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     ``ids`` maps the index's row numbers to target node numbers (used when the index holds
     only a candidate subset of the targets). The lists are canonical (see
     :meth:`Candidates.sorted`), also where the ``k``-th score ties with scores beyond it:
-    those rows are searched again, wider, until the whole tie is seen. A CPU ``flat`` index's
+    those rows are searched again, wider, until the whole tie is seen or the search is
+    :data:`TIE_WIDTH` times ``k`` wide (past that the cut goes through the tie where FAISS
+    put it). A query of zeros ties with every row at 0: its list is the ``k`` lowest target
+    numbers, without a search (featureless nodes with no signal, e.g. out of reach of every
+    seed, would otherwise widen to the whole index). A CPU ``flat`` index's
     scores are those of :func:`pair_scores`, and a tie there is anything FAISS scored within
     its rounding of the ``k``-th. So the top-k of a sharded flat index, merged, equals the
     top-k of one index, bit for bit. (A GPU flat index keeps FAISS's scores: its shards can
@@ -241,6 +246,12 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     for start in range(0, n, block):
         stop = min(start + block, n)
         rows = np.arange(start, stop)
+        blank = ~queries[rows].any(axis=1)
+        if blank.any():
+            lowest = np.sort(ids)[:k]
+            found[rows[blank], :lowest.size] = torch.from_numpy(lowest)
+            scores[rows[blank], :lowest.size] = 0.0
+            rows = rows[~blank]
         width = min(k + 1, index.ntotal)
         while rows.size:
             q = queries[rows]
@@ -249,7 +260,7 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
                                   torch.from_numpy(np.where(i >= 0, ids[np.maximum(i, 0)], -1)))
             kept = min(k, width)
             scores[rows, :kept], found[rows, :kept] = c.scores[:, :kept], c.index[:, :kept]
-            if width <= k or width == index.ntotal:
+            if width <= k or width == index.ntotal or width > TIE_WIDTH * k:
                 break
             slack = FLAT_ROUNDING * np.linalg.norm(q, axis=1) * largest if flat else 0.0
             tied = (s[:, -1] >= c.scores[:, k - 1].numpy() - slack) & (i[:, -1] >= 0)

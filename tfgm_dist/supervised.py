@@ -53,7 +53,7 @@ from .config import Config, FeatureConfig
 from .embed import EmbedConfig, Operator, graph_operator, whole
 from .graph import Graph, InputError
 from .load import load_graph, load_labels
-from .pipeline import (Pair, Result, Stopwatch, align, embeddings, input_features, operators,
+from .pipeline import (Pair, Result, Stopwatch, align, channels, embeddings, operators,
                        search_options)
 from .refine import refine
 from .search import Candidates, build_index, search
@@ -313,8 +313,7 @@ def embed_with_collection(pair: Pair, collection: Collection, cfg: Config
     space (n-gram IDF, degree vocabulary, projection) and one GNN draw for all of them."""
     queries = disjoint_union([pair.source, pair.target], ["source", "target"], "source + target")
     both = Pair(collection.graph, queries)
-    x_c, x_q = input_features(both, cfg)
-    o_c, o_q = embeddings(both, x_c, x_q, cfg, operators(both, cfg))
+    o_c, o_q = embeddings(channels(both, cfg), operators(both, cfg), cfg.seed)
     n_s = pair.source.num_nodes
     return o_c, o_q[:n_s], o_q[n_s:]
 
