@@ -81,6 +81,13 @@ CASES = {
         lambda d: (d / "g.txt", d / "g.txt",
                    ["--config", write(d / "t.toml", "[refine]\nenabled = \"yes\"\n")]),
         ["t.toml", "refine.enabled", "bool"]),
+    "seeds covering every node": (
+        lambda d: (d / "g.txt", d / "g.txt",
+                   ["--seeds", write(d / "all.tsv", "a\ta\nb\tb\nc\tc\nd\td\n")]),
+        ["seeds cover every"]),
+    "min-confidence outside [0, 1]": (
+        lambda d: (d / "g.txt", d / "g.txt", ["--min-confidence", "1.5"]),
+        ["assign.min_confidence = 1.5", "out of range"]),
     "partitions above the node count": (
         lambda d: (d / "g.txt", d / "g.txt", ["--partitions", "9"]),
         ["ray.partitions = 9", "4 nodes"]),

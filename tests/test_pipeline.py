@@ -185,18 +185,20 @@ def test_argmax_decoding_gives_every_source_its_best_candidate(argmax_run):
 
 def test_mutual_decoding_keeps_only_mutual_best_pairs(hard, argmax_run):
     result, table = hard("mutual")
-    targets = table.column("target_id").to_pylist()
-    assert 0 < table.num_rows < 2000
+    assert table.num_rows == 2000  # a source left unmatched is written with a null target
+    matched = table.filter(table.column("target_id").is_valid())
+    targets = matched.column("target_id").to_pylist()
+    assert 0 < len(targets) < 2000
     assert len(set(targets)) == len(targets)  # no target twice
-    assert pairs_of(table) <= pairs_of(argmax_run[1])  # each is its source's best target
-    assert (result.matched == -1).sum() == 2000 - table.num_rows
+    assert pairs_of(matched) <= pairs_of(argmax_run[1])  # each is its source's best target
+    assert (result.matched == -1).sum() == 2000 - len(targets)
 
 
 @pytest.mark.parametrize("solver", ["sparse", "sinkhorn", "hungarian"])
 def test_one_to_one_decodings_never_repeat_a_target(hard, argmax_run, solver):
     result, table = hard("one-to-one", solver)
-    targets = table.column("target_id").to_pylist()
-    assert table.num_rows > 1500
+    targets = [t for t in table.column("target_id").to_pylist() if t is not None]
+    assert len(targets) > 1500
     assert len(set(targets)) == len(targets)
     assert result.metrics["accuracy"] >= argmax_run[0].metrics["accuracy"]
     matched = result.matched[result.matched >= 0]
@@ -208,7 +210,7 @@ def test_match_table_top_k_ranks_and_user_ids(synth, gold_map):
     pair = pipeline.load_pair(synth["source"], synth["target"], cfg)
     result = pipeline.align(pair, cfg)
     table = pipeline.match_table(pair, result, 5)
-    assert table.column_names == ["source_id", "target_id", "rank", "score"]
+    assert table.column_names == ["source_id", "target_id", "rank", "score", "confidence"]
     assert table.num_rows == 5 * 2000
     df = table.sort_by([("source_id", "ascending"), ("rank", "ascending")]).to_pydict()
     for i in range(0, len(df["rank"]), 5):

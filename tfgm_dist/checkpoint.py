@@ -41,11 +41,13 @@ def location(out: Location, key: str) -> Location:
 
 
 def save_piece(folder: Location, q: int, piece: Result) -> None:
-    """Keep part ``q`` of a result (its rows, candidates and decoded matches)."""
+    """Keep part ``q`` of a result (its rows, candidates, decoded matches and confidence)."""
     buf = io.BytesIO()
     np.savez(buf, rows=piece.rows.numpy(), scores=piece.candidates.scores.numpy(),
              index=piece.candidates.index.numpy(), matched=piece.matched.numpy(),
-             matched_score=piece.matched_score.numpy())
+             matched_score=piece.matched_score.numpy(),
+             confidence=(torch.full_like(piece.matched_score, torch.nan)
+                         if piece.confidence is None else piece.confidence).numpy())
     folder.fs.create_dir(folder.path, recursive=True)
     with folder.fs.open_output_stream((folder / f"piece-{q:05d}.npz").path) as f:
         f.write(buf.getvalue())
@@ -70,7 +72,7 @@ def load_piece(folder: Location, q: int) -> Result:
         arrays = np.load(io.BytesIO(f.read()), allow_pickle=False)
         t = {name: torch.from_numpy(arrays[name]) for name in arrays.files}
     return Result(t["rows"], Candidates(t["scores"], t["index"]), t["matched"],
-                  t["matched_score"])
+                  t["matched_score"], confidence=t["confidence"])
 
 
 def discard(folder: Location) -> None:

@@ -14,11 +14,11 @@ import tempfile
 import time
 from typing import Callable
 
-from . import checkpoint, write
+from . import auto, checkpoint, write
 from .config import ASSIGN_METHODS, Config, load_config, with_overrides
 from .graph import InputError
 from .load import fetch
-from .pipeline import Stopwatch, align, load_pair, match_table, peak_rss_bytes
+from .pipeline import Stopwatch, load_pair, match_table, peak_rss_bytes
 
 log = logging.getLogger("tfgm_dist")
 
@@ -70,10 +70,12 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
             quality, parts = done
             with watch.stage("resume"), watch.stage("write"):
                 files = [write.write_matches(stage, match_table(
-                    pair, checkpoint.load_piece(resume, q), cfg.top_k), about, part=q)
+                    pair, checkpoint.load_piece(resume, q), cfg.top_k,
+                    cfg.assign.min_confidence), about, part=q)
                     for q in range(parts)]
             extra["resumed_from"] = str(resume)
         elif cfg.ray.partitions and collection is None:
+            cfg, report = auto.settle(pair, cfg)
             smaller = min(pair.source.num_nodes, pair.target.num_nodes)
             if cfg.ray.partitions > smaller:
                 raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the "
@@ -83,9 +85,10 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
             on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress)
             quality, files = on_ray.align_and_write(stage, about, resume)
             extra["ray"] = on_ray.report()
+            extra["auto"] = report
         else:
             if collection is None:
-                result = align(pair, cfg, watch)
+                result = auto.align(pair, cfg, watch)
             else:
                 from .supervised import align_supervised
                 result = align_supervised(pair, coll, cfg, watch)
@@ -93,7 +96,8 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
                 checkpoint.save_piece(resume, 0, result)
                 checkpoint.save_done(resume, result.metrics, 1)
             with watch.stage("write"):
-                files = [write.write_matches(stage, match_table(pair, result, cfg.top_k), about)]
+                files = [write.write_matches(stage, match_table(pair, result, cfg.top_k,
+                                                                cfg.assign.min_confidence), about)]
             quality = result.metrics
         metrics = {**quality,
                    "seconds": {**watch.seconds, "total": time.perf_counter() - start},
@@ -114,7 +118,7 @@ def _config(args: argparse.Namespace) -> Config:
     overrides = {"top_k": args.top_k, "refine.enabled": args.refine, "assign.method": args.assign,
                  "seed": args.seed, "job.out": args.out,
                  "job.overwrite": args.overwrite or None, "ray.partitions": args.partitions,
-                 "ray.address": args.ray_address}
+                 "ray.address": args.ray_address, "assign.min_confidence": args.min_confidence}
     for name in ("source", "target", "format", "seeds", "gold", "candidates", "queries"):
         overrides[f"job.{name}"] = given.get(name)
     return with_overrides(cfg, **{k: v for k, v in overrides.items() if v is not None})
@@ -127,6 +131,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine", action=argparse.BooleanOptionalAction, default=None,
                    help="training-free consensus refinement")
     p.add_argument("--assign", choices=ASSIGN_METHODS, help="decoding (default argmax)")
+    p.add_argument("--min-confidence", type=float, metavar="C",
+                   help="write only sources whose match has confidence >= C, in [0, 1]")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an output folder that holds a previous run")

@@ -97,9 +97,13 @@ class AssignConfig:
     method: str = "argmax"
     one_to_one: str = "auto"  # auto: Hungarian when the dense matrix is small, else sparse
     dense_max_nodes: int = 5000  # largest side for which the dense Hungarian is used
+    min_confidence: float = 0.0  # sources whose match is less confident are not written
 
     def __post_init__(self) -> None:
         _choice("method", self.method, ASSIGN_METHODS)
+        if not 0 <= self.min_confidence <= 1:
+            raise ValueError(f"min_confidence = {self.min_confidence} is out of range "
+                             "(must be in [0, 1])")
         _choice("one_to_one", self.one_to_one, ONE_TO_ONE_SOLVERS)
         _at_least("dense_max_nodes", self.dense_max_nodes, 0)
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from ray._private import ray_constants
 
-from . import checkpoint, write
+from . import checkpoint, estimate, write
 from .config import Config
 from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
 from .graph import InputError
@@ -286,7 +286,7 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
     scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
                     o_s, o_t, scale=score_scale)
     scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
-    result = conclude(pair, scored, cfg, watch)
+    result = estimate.self_calibrated(conclude(pair, scored, cfg, watch))
     usage.seconds = watch.seconds
     which = part_s.part[result.rows.numpy()]
     pieces = []
@@ -295,18 +295,21 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
         pieces.append(replace(result, rows=result.rows[m],
                               candidates=result.candidates.take_rows(m),
                               matched=result.matched[m], matched_score=result.matched_score[m],
-                              metrics={}))
+                              mutual=None if result.mutual is None else result.mutual[m],
+                              confidence=None if result.confidence is None
+                              else result.confidence[m], metrics={}))
         checkpoint.save_piece(resume, q, pieces[-1])
     checkpoint.save_done(resume, result.metrics, part_s.num_parts)
     return (result.metrics, usage.report(), *pieces)
 
 
 @ray.remote(max_retries=RESTARTS)
-def _write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: int, run: dict
-                ) -> tuple:
-    """Write source part ``q``'s rows as file ``q`` of the staged dataset."""
+def _write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: tuple[int, float],
+                run: dict) -> tuple:
+    """Write source part ``q``'s rows as file ``q`` of the staged dataset (``top_k``: rows per
+    source and the least confidence written)."""
     start, usage = time.perf_counter(), Usage(f"write {q}")
-    entry = write.write_matches(stage, match_table(pair, piece, top_k), run, part=q)
+    entry = write.write_matches(stage, match_table(pair, piece, *top_k), run, part=q)
     usage.add("write", start)
     return entry, usage.report()
 
@@ -452,7 +455,8 @@ class Run:
                             attempt + 1, RESTARTS + 1)
         with self.watch.stage("write"):
             light = ray.put(self._light_pair())
-            written = ray.get([_write_part.remote(stage, q, light, pieces[q], cfg.top_k, run)
+            written = ray.get([_write_part.remote(stage, q, light, pieces[q],
+                                                 (cfg.top_k, cfg.assign.min_confidence), run)
                                for q in range(P)])
         self.usage += [u for _, u in written]
         return metrics, [entry for entry, _ in written]

@@ -158,7 +158,7 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     """The channels both graphs are embedded from.
 
     Without seeds, the content channel ``X`` alone. With seeds, TFGMws's two swapped runs of
-    it, ``(X_s, X̂_t)`` and ``(X̂_s, X_t)`` at weight 1/2 each, whose summed scores are the
+    it (a degree encoding is the same for a seed on both sides, so it stays one channel), ``(X_s, X̂_t)`` and ``(X̂_s, X_t)`` at weight 1/2 each, whose summed scores are the
     paper's ``<O_s, Ô_t> + <Ô_s, O_t>`` (halved), so one search serves both; and, when
     ``cfg.anchors.enabled``, the anchor channel (:func:`features.anchors`) at weight
     ``cfg.anchors.weight``, propagated without its input block (a seed's own indicator says
@@ -169,9 +169,12 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     if pair.seeds is None:
         return [features.Channel(kind, x_s, x_t, cfg.embed)]
     seeds_s, seeds_t = (torch.from_numpy(a) for a in pair.seeds)
-    hat_s, hat_t = features.seed_swap(x_s, x_t, seeds_s, seeds_t)
-    out = [features.Channel(kind, x_s, hat_t, cfg.embed, 0.5),
-           features.Channel(f"{kind}, swapped", hat_s, x_t, cfg.embed, 0.5)]
+    if kind.startswith("degree"):  # a seed's degree is its own on both sides: nothing to swap
+        out = [features.Channel(kind, x_s, x_t, cfg.embed)]
+    else:
+        hat_s, hat_t = features.seed_swap(x_s, x_t, seeds_s, seeds_t)
+        out = [features.Channel(kind, x_s, hat_t, cfg.embed, 0.5),
+               features.Channel(f"{kind}, swapped", hat_s, x_t, cfg.embed, 0.5)]
     ac = cfg.anchors
     if ac.enabled:
         a_s, a_t = features.anchors(pair.source.num_nodes, pair.target.num_nodes, seeds_s,
@@ -223,8 +226,12 @@ def plan(pair: Pair, cfg: Config) -> Plan:
     n_s = pair.source.num_nodes
     targets = _searchable(pair.target.num_nodes, pair.candidates, seeds_t)
     if targets.size == 0:
-        raise InputError("no target is left to search (candidates minus seed targets is empty)")
+        raise InputError("no target is left to search: the seeds cover every target node "
+                         "(or every one of the candidates)")
     rows = _searchable(n_s, pair.queries, seeds_s)
+    if rows.size == 0:
+        raise InputError("no source is left to align: the seeds cover every source node "
+                         "(or every one of the queries)")
     if cfg.refine.enabled or cfg.assign.method == "mutual":
         return Plan(rows, np.arange(n_s), targets, _searchable(n_s, None, seeds_s))
     return Plan(rows, rows, targets, None)
@@ -262,6 +269,9 @@ class Result:
     matched: torch.Tensor  # [n] decoded target per row, -1 when none
     matched_score: torch.Tensor  # [n] its score
     metrics: dict = field(default_factory=dict)
+    scale: float = 1.0  # the largest possible score
+    mutual: torch.Tensor | None = None  # [n] the match is its target's best source too
+    confidence: torch.Tensor | None = None  # [n] in [0, 1], NaN where unmatched
 
 
 def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
@@ -313,7 +323,13 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
     """The assign stage, and the metrics when gold pairs are given."""
     with watch.stage("assign"):
         matched, match_score = decode(scored, cfg.assign)
-    result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score)
+    mutual = None
+    if scored.backward is not None:
+        back = assign.argmax(scored.backward)
+        mutual = (matched >= 0) & (back[matched.clamp(min=0)] == scored.rows)
+    # refined scores are two softmax probabilities summed (refine.merge), at most 2
+    result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score,
+                    scale=2.0 if scored.refined else scored.scale, mutual=mutual)
     if pair.gold is not None:
         result.metrics = evaluate(scored.forward, scored.rows, matched, pair.gold)
     if scored.search:
@@ -390,23 +406,36 @@ def evaluate(forward: Candidates, rows: torch.Tensor, matched: torch.Tensor,
     return out
 
 
-def match_table(pair: Pair, result: Result, top_k: int) -> pa.Table:
-    """Rows ``(source_id, target_id, rank, score)`` in the user's ids.
+def match_table(pair: Pair, result: Result, top_k: int, min_confidence: float = 0.0
+                ) -> pa.Table:
+    """Rows ``(source_id, target_id, rank, score, confidence)`` in the user's ids.
 
-    Rank 1 is the decoded match (for ``argmax`` simply the best candidate), ranks 2 ..
-    ``top_k`` the next best other candidates. A source without a decoded match (``mutual``
-    or ``one-to-one`` left it out) gets no rows.
+    Rank 1 is the decoded match (for ``argmax`` simply the best candidate) with its
+    confidence; ranks 2 .. ``top_k`` are the next best other candidates (confidence null).
+    A source that the decoding left without a target (``mutual`` or ``one-to-one``) gets one
+    row of rank 1 with a null target, score and confidence. With ``min_confidence`` > 0 only
+    sources whose match has at least that confidence are written.
     """
     c, matched = result.candidates, result.matched
     others = Candidates.sorted(c.scores, c.index.masked_fill(c.index == matched[:, None], -1))
     index = torch.cat([matched[:, None], others.index[:, :top_k - 1]], 1)
     scores = torch.cat([result.matched_score[:, None], others.scores[:, :top_k - 1]], 1)
+    conf = torch.full(index.shape, torch.nan)
+    if result.confidence is not None:
+        conf[:, 0] = result.confidence
     keep = (index >= 0) & (matched >= 0)[:, None]
+    keep[:, 0] = True
+    if min_confidence > 0:
+        keep &= (conf[:, :1] >= min_confidence)  # NaN (unmatched, uncalibrated) fails
     r = torch.arange(index.size(0))[:, None].expand_as(index)
     rank = torch.arange(1, index.size(1) + 1, dtype=torch.int32)[None, :].expand_as(index)
+    found = index[keep] >= 0
     return pa.table({
         "source_id": pair.source.ids.take(pa.array(result.rows[r[keep]].numpy())),
-        "target_id": pair.target.ids.take(pa.array(index[keep].numpy())),
+        "target_id": pair.target.ids.take(pa.array(index[keep].clamp(min=0).numpy(),
+                                                   mask=~found.numpy())),
         "rank": pa.array(rank[keep].numpy()),
-        "score": pa.array(scores[keep].numpy().astype(np.float32)),
+        "score": pa.array(scores[keep].numpy().astype(np.float32), mask=~found.numpy()),
+        "confidence": pa.array(conf[keep].numpy().astype(np.float32),
+                               mask=np.isnan(conf[keep].numpy())),
     })

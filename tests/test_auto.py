@@ -1,0 +1,201 @@
+"""The automatic choices, the anchor channel, the held-out estimate and the confidence."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tfgm_dist import auto, cli, estimate, features, pipeline
+from tfgm_dist.config import Config, from_dict
+from tfgm_dist.graph import Graph
+from tfgm_dist.synth import write_pair
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def graph(edges: list[tuple[int, int]], n: int, **extra) -> Graph:
+    return Graph(ids=pa.array(np.arange(n)), edge_index=torch.tensor(edges).T, **extra)
+
+
+def ring(n: int, **extra) -> Graph:
+    return graph([(i, (i + 1) % n) for i in range(n)] + [(i, (i + 3) % n) for i in range(n)],
+                 n, **extra)
+
+
+def seeds(k: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(k), np.arange(k)
+
+
+# ---------------------------------------------------------------------------------------------
+# settle: one default for every kind of input
+
+
+@pytest.mark.parametrize("kind, extra, layers", [
+    ("names", lambda n: {"names": [f"node {i}" for i in range(n)]}, 3),
+    ("given", lambda n: {"features": torch.rand(n, 8) + 0.1}, 2),
+    ("degree-sinusoidal", lambda n: {}, 10),
+])
+def test_settle_chooses_the_content_channel_and_its_depth_from_the_input(kind, extra, layers):
+    n = 50
+    pair = pipeline.Pair(ring(n, **extra(n)), ring(n, **extra(n)))
+    cfg, report = auto.settle(pair, Config())
+    assert report["kind"] == kind and cfg.features.kind == kind
+    assert cfg.embed.layers == layers
+    assert cfg.assign.method == "one-to-one" and cfg.refine.enabled
+    assert not cfg.anchors.enabled  # no seeds
+    assert set(report["why"]) >= {"embed", "search", "refine", "assign"}
+
+
+def test_settle_adds_anchors_with_seeds_and_never_overrides_what_the_user_set():
+    pair = pipeline.Pair(ring(50), ring(50), seeds=seeds(10))
+    cfg, report = auto.settle(pair, from_dict({"embed": {"layers": 4}, "assign":
+                                               {"method": "argmax"}}))
+    assert cfg.anchors.enabled
+    assert cfg.embed.layers == 4 and cfg.assign.method == "argmax"
+    assert report["kept_from_user"] == ["assign.method", "embed.layers"]
+    assert cfg.explicit == ("assign.method", "embed.layers")  # choices are not the user's
+    off = from_dict({"auto": False})
+    assert auto.settle(pair, off) == (off, {"enabled": False})
+
+
+def test_settle_picks_an_ivf_index_for_large_graphs():
+    n = auto.EXACT_MAX_NODES + 1
+    big = Graph(ids=pa.array(np.arange(n)), edge_index=torch.tensor([[0], [1]]))
+    cfg, _ = auto.settle(pipeline.Pair(big, big), Config())
+    assert (cfg.search.index, cfg.search.k, cfg.refine.enabled) == ("ivfpq", 10, False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the anchor channel
+
+
+def test_anchor_channel_counts_walks_to_the_seeds_by_hand():
+    """Path 0-1-2-3, seeds at 0 and 3 (as pair 0 and pair 1): layer 1 is A E, normalised;
+    layer 2 is A times layer 1, normalised."""
+    path = graph([(0, 1), (1, 2), (2, 3)], 4)
+    pair = pipeline.Pair(path, path, seeds=(np.array([0, 3]), np.array([0, 3])))
+    cfg = from_dict({"features": {"kind": "degree-onehot"},
+                     "embed": {"self_loops": False, "include_input": False},
+                     "anchors": {"enabled": True, "layers": 2}})
+    chans = pipeline.channels(pair, cfg)
+    assert [c.name for c in chans] == ["degree-onehot", "anchors"]
+    o_s, o_t = pipeline.embeddings(chans[1:], pipeline.operators(pair, cfg), 0)
+    layer1 = torch.tensor([[0, 0], [1, 0], [0, 1], [0, 0]], dtype=torch.float)
+    layer2 = torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float)
+    assert torch.equal(o_s, torch.cat([layer1, layer2], 1))
+    assert torch.equal(o_s, o_t)
+
+
+def test_anchors_beyond_the_width_are_projected_and_keep_inner_products():
+    m, dim = 2000, 256
+    s, t = features.anchors(3000, 3000, torch.arange(m), torch.arange(m), dim, seed=1)
+    assert s.shape == (3000, dim) and torch.equal(s[:m], t[:m])
+    assert not s[m:].any()
+    gram = s[:m] @ s[:m].T
+    assert abs(float(gram.diagonal().mean()) - 1) < 0.05  # |z_k|^2 ~ 1
+    assert float(gram.fill_diagonal_(0).abs().mean()) < 0.1  # z_k . z_l ~ 0
+
+
+# ---------------------------------------------------------------------------------------------
+# held-out split, estimate, confidence
+
+
+def test_split_seeds_is_deterministic_disjoint_and_a_tenth():
+    pairs = (np.arange(500), np.arange(500) + 7)
+    kept, held = auto.split_seeds(pairs, seed=3)
+    again = auto.split_seeds(pairs, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(kept + held, again[0] + again[1]))
+    assert held[0].size == 50 and kept[0].size == 450
+    assert not set(kept[0]) & set(held[0])
+    assert np.array_equal(held[1], held[0] + 7)  # pairs stay pairs
+    assert auto.split_seeds((np.arange(1), np.arange(1)), 0) is None
+
+
+@pytest.fixture(scope="module")
+def seeded_pair(tmp_path_factory) -> pipeline.Pair:
+    """A noisy synthetic pair (features alone match about half) with 300 of 1,500 as seeds."""
+    paths = write_pair(tmp_path_factory.mktemp("seeded"), 1500, seed=4, edge_noise=0.1,
+                       feature_noise=2.0)
+    pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
+    g_s, g_t = pair.gold
+    return pipeline.Pair(pair.source, pair.target, seeds=(g_s[:300], g_t[:300]),
+                         gold=(g_s[300:], g_t[300:]))
+
+
+def test_estimate_never_reads_gold_and_tracks_the_true_accuracy(seeded_pair):
+    with_gold = auto.align(seeded_pair, Config())
+    no_gold = auto.align(pipeline.Pair(seeded_pair.source, seeded_pair.target,
+                                       seeds=seeded_pair.seeds), Config())
+    est = with_gold.metrics["estimate"]
+    assert est == no_gold.metrics["estimate"]
+    assert est["held_out"] == 30 and 0 <= est["hits@1"] <= 1 and 0 <= est["mrr"] <= 1
+    assert abs(est["hits@1"] - with_gold.metrics["accuracy"] / 100) < 0.15
+    assert torch.equal(with_gold.matched, no_gold.matched)
+    assert with_gold.metrics["auto"]["selected"]["anchors"]
+
+
+def test_confidence_is_in_0_1_monotone_in_the_margin_and_calibrated(seeded_pair):
+    result = auto.align(seeded_pair, Config())
+    conf, margin = result.confidence, estimate.margins(result)
+    ok = ~torch.isnan(conf)
+    assert ok.any() and bool(((conf[ok] >= 0) & (conf[ok] <= 1)).all())
+    order = torch.argsort(margin[ok])
+    assert bool((conf[ok][order].diff() >= -1e-6).all())
+    right = estimate.correct(result, seeded_pair.gold)
+    high = (conf >= 0.8).numpy()
+    if high.any():
+        assert right[high].mean() >= 0.75
+
+
+def test_calibration_fits_a_monotone_step_and_keeps_nan():
+    margin = torch.tensor([0.9, 0.1, 0.5, 0.3, float("nan"), 0.7])
+    fit = estimate.calibrate(margin, np.array([1, 0, 1, 1, 0, 0]), "held-out seeds")
+    got = fit(torch.tensor([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, float("nan")]))
+    assert torch.isnan(got[-1]) and bool((got[:-1].diff() >= 0).all())
+    assert float(got[0]) == 0.0 and float(got[5]) == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# through the command: confidence column, null targets, --min-confidence
+
+
+def test_output_has_confidence_null_targets_and_min_confidence_filters(tmp_path):
+    edges = tmp_path / "g.txt"
+    edges.write_text("".join(f"{i} {(i + 1) % 40}\n{i} {(i + 5) % 40}\n" for i in range(40)))
+    small = tmp_path / "small.txt"  # more targets than sources: some are left unmatched
+    small.write_text("".join(f"{i} {(i + 1) % 40}\n{i} {(i + 5) % 40}\n" for i in range(30)))
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    assert cli.main(["-q", "align", str(edges), str(small), "--out", str(out)]) == 0
+    table = pq.read_table(out / "matches")
+    assert table.column_names == ["source_id", "target_id", "rank", "score", "confidence"]
+    assert table.num_rows == 40  # every source, matched or not
+    unmatched = table.filter(table.column("target_id").is_null())
+    assert unmatched.num_rows >= 1 and unmatched.column("confidence").null_count == \
+        unmatched.num_rows
+    conf = [c for c in table.column("confidence").to_pylist() if c is not None]
+    assert conf and all(0 <= c <= 1 for c in conf)
+    cut = sorted(conf)[len(conf) // 2]
+    assert cli.main(["-q", "align", str(edges), str(small), "--out", str(kept),
+                     "--min-confidence", str(cut)]) == 0
+    filtered = pq.read_table(kept / "matches").column("confidence").to_pylist()
+    assert filtered and all(c is not None and c >= cut for c in filtered)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["estimate"]["confidence_fitted_on"] == "mutual best matches"
+    assert metrics["auto"]["chosen"]["assign.method"] == "one-to-one"
+
+
+@pytest.mark.skipif(not (DATA / "social").exists(), reason="../shared/data is not beside the "
+                    "repository")
+def test_a_featureless_social_pair_with_seeds_gets_anchors_and_an_estimate(tmp_path):
+    d = DATA / "social" / "flickr_myspace"
+    out = tmp_path / "out"
+    assert cli.main(["-q", "align", str(d / "source_edges.tsv"), str(d / "target_edges.tsv"),
+                     "--seeds", str(d / "seeds.tsv"), "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["auto"]["kind"] == "degree-sinusoidal"
+    assert m["auto"]["chosen"]["anchors.enabled"] is True
+    assert m["estimate"]["held_out"] == 5 and m["estimate"]["confidence_fitted_on"] == \
+        "held-out seeds"

@@ -1,0 +1,220 @@
+"""Automatic choices: the settings of a run, decided from the input itself.
+
+A user runs ``tfgm-dist align SOURCE TARGET --out OUT [--seeds F]`` and nothing else, so
+the job reads what it was given and chooses:
+
+1. :func:`settle` — from the kind of graph and its size: the content channel (given
+   vectors, names, else degree structure) and its depth, the anchor channel when seeds
+   exist, the search index and ``k``, refinement and the decoding. Featureless graphs get
+   the deep setting that matches the paper on yeast (degree positional encoding, 10 layers
+   with a random bias, no input block, wide candidate lists, long refinement); graphs with
+   names or vectors a shallow one; graphs beyond :data:`EXACT_MAX_NODES` an IVF index.
+2. :func:`select` — with seeds, the anchor channel's weight and depth: every candidate is
+   scored on a held-out share of the seeds (:func:`split_seeds`), by the MRR of the held-out
+   sources among the searchable targets, from one embedding per channel (depths are prefixes
+   of the deepest one), so the choice costs one search of the held-out rows per candidate.
+
+3. :func:`align` — the whole automatic run: with seeds, a run that knows only the kept
+   seeds first estimates the accuracy on the held-out ones and fits the confidence
+   (:mod:`tfgm_dist.estimate`); the output is then computed with every seed.
+
+Nothing here reads gold pairs. A key the user set (:attr:`Config.explicit`) is never
+changed, and ``auto = false`` turns every choice off. What was chosen, and why, is returned
+as a report for ``metrics.json``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import estimate, pipeline
+from .config import Config, with_overrides
+from .pipeline import Pair, Result, Stopwatch, channels, embeddings, feature_kind, operators, plan
+
+log = logging.getLogger(__name__)
+
+EXACT_MAX_NODES = 200_000  # above this an exact (flat) search is slower than IVF by far
+SMALL_NODES = 5_000  # featureless graphs this small get yeast's wide, long refinement
+HELD_OUT_SHARE = 0.1
+ANCHOR_WEIGHTS = (0.25, 1.0, 4.0, 16.0)  # candidates, relative to the content channel's 1
+ANCHOR_LAYERS = (1, 2, 3, 4)
+
+
+def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
+    """``cfg`` with every setting the user left open chosen from ``pair``'s kind and size,
+    and the report of what was chosen and why."""
+    if not cfg.auto:
+        return cfg, {"enabled": False}
+    n = max(pair.source.num_nodes, pair.target.num_nodes)
+    kind = feature_kind(pair, cfg)
+    small = n <= SMALL_NODES
+    chosen: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    if kind.startswith("degree"):
+        chosen.update({"features.kind": "degree-sinusoidal", "embed.layers": 10,
+                       "embed.self_loops": False, "embed.include_input": False,
+                       "embed.bias": 2.0, "refine.include_input": False, "refine.dim": 128,
+                       "refine.steps": 100 if small else 20,
+                       "features.project_dim": 0 if small else 128})
+        why["embed"] = ("no names or vectors: structure only, the paper's degree encoding "
+                        "through 10 weight-free layers with a random bias; the encoding "
+                        "itself is left out, degrees alone match poorly")
+    elif kind == "names":
+        chosen.update({"features.project_dim": 256, "embed.layers": 3})
+        why["embed"] = "names: hashed character bigrams projected to 256, 3 layers"
+    else:
+        width = pair.source.features.size(1) if pair.source.features is not None else 0
+        chosen.update({"embed.layers": 2, "features.project_dim": 256 if width > 512 else 0})
+        why["embed"] = "given vectors: 2 layers" + (", projected to 256" if width > 512 else "")
+    chosen["features.kind"] = chosen.get("features.kind", kind)
+    if pair.seeds is not None:
+        chosen["anchors.enabled"] = True
+        why["anchors"] = (f"{pair.seeds[0].size} seeds: each node also described by its "
+                          "walks to them")
+    exact = n <= EXACT_MAX_NODES
+    chosen.update({"search.index": "flat" if exact else "ivfpq",
+                   "search.k": 200 if small and kind.startswith("degree") else
+                   50 if exact else 10})
+    if not exact:
+        chosen["search.recall"] = 0.995
+    why["search"] = (f"{n} nodes: exact search" if exact else
+                     f"{n} nodes: IVF with 4-bit codes, nprobe tuned to 99.5 % recall@1")
+    chosen["refine.enabled"] = exact
+    why["refine"] = ("consensus refinement on the candidates" if exact else
+                     f"{n} nodes: refinement left out (it runs in one process)")
+    chosen["assign.method"] = "one-to-one"
+    why["assign"] = "one-to-one: each target matched at most once, lifts accuracy everywhere"
+    open_keys = {k: v for k, v in chosen.items() if not cfg.is_set(k)}
+    user = sorted(k for k in chosen if cfg.is_set(k))
+    settled = _apply(cfg, open_keys)
+    return settled, {"enabled": True, "kind": kind, "nodes": n, "chosen": open_keys,
+                     "kept_from_user": user, "why": why}
+
+
+def _apply(cfg: Config, values: dict[str, Any]) -> Config:
+    """``cfg`` with ``values`` set, without counting them as set by the user."""
+    return replace(with_overrides(cfg, **values), explicit=cfg.explicit)
+
+
+def split_seeds(seeds: tuple[np.ndarray, np.ndarray], seed: int,
+                share: float = HELD_OUT_SHARE) -> tuple[tuple[np.ndarray, np.ndarray],
+                                                         tuple[np.ndarray, np.ndarray]] | None:
+    """Seed pairs cut into ``(kept, held_out)``: a seeded sample of ``share`` of them (at
+    least one) held out, the rest kept; ``None`` with fewer than 2 pairs. Deterministic in
+    ``seed`` and the pairs' order in the file, so reruns estimate on the same pairs."""
+    m = seeds[0].size
+    if m < 2:
+        return None
+    hold = max(1, round(share * m))
+    order = np.random.default_rng([seed, m]).permutation(m)
+    out, keep = np.sort(order[:hold]), np.sort(order[hold:])
+    return (seeds[0][keep], seeds[1][keep]), (seeds[0][out], seeds[1][out])
+
+
+def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray],
+                    kept: tuple[np.ndarray, np.ndarray]) -> Pair:
+    """The pair as a run that knows only the ``kept`` seeds sees it, with the held-out
+    pairs as its gold, their sources as its queries and their targets searchable."""
+    candidates = pair.candidates
+    if candidates is not None:
+        candidates = np.union1d(candidates, held[1])
+    return replace(pair, seeds=kept, gold=held, queries=np.unique(held[0]),
+                   candidates=candidates)
+
+
+def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tuple[Config, dict]:
+    """The anchor channel's weight and depth that rank the held-out seeds best.
+
+    ``pair`` holds the kept seeds only (:func:`estimation_pair`). Every candidate of
+    :data:`ANCHOR_WEIGHTS` x :data:`ANCHOR_LAYERS`, and no anchors, is scored by the MRR
+    (ties pessimistic) of the held-out sources among the searchable targets; the content
+    channel is embedded once and the anchors once, at the deepest depth. Keys the user set
+    stay as set."""
+    ac = cfg.anchors
+    if not ac.enabled or cfg.is_set("anchors.weight") and cfg.is_set("anchors.layers"):
+        return cfg, {}
+    weights = (ac.weight,) if cfg.is_set("anchors.weight") else ANCHOR_WEIGHTS
+    depths = (ac.layers,) if cfg.is_set("anchors.layers") else ANCHOR_LAYERS
+    deepest = replace(cfg, anchors=replace(ac, layers=max(depths), weight=1.0))
+    chans = channels(pair, deepest)
+    content, anchor = chans[:-1], chans[-1]
+    ops = operators(pair, cfg)
+    c_s, c_t = embeddings(content, ops, cfg.seed)
+    a_s, a_t = embeddings([anchor], ops, cfg.seed)
+    width = anchor.x_s.size(1)
+    targets = torch.from_numpy(plan(pair, cfg).targets)
+    queries, truth = torch.from_numpy(held[0]), torch.from_numpy(held[1])
+    choices: list[tuple[float, int] | None] = [] if cfg.is_set("anchors.enabled") else [None]
+    choices += [(w, layers) for layers in depths for w in weights]
+    parts = [(c_s[queries], c_t[targets])] + [
+        (a_s[queries, l * width:(l + 1) * width], a_t[targets, l * width:(l + 1) * width])
+        for l in range(max(depths))]
+    mixes = [[1.0] + [0.0 if c is None or l >= c[1] else c[0] for l in range(max(depths))]
+             for c in choices]
+    scores = dict(zip(choices, held_out_mrr(parts, mixes, targets, truth)))
+    best = max(scores, key=scores.get)  # the first of equals: no anchors, shallower, lighter
+    report = {"anchors": _describe(best), "held_out_mrr": {
+        _describe(key): round(v, 4) for key, v in scores.items()}}
+    log.info("auto: anchors %s (held-out MRR %.3f)", report["anchors"], scores[best])
+    if best is None:
+        return replace(cfg, anchors=replace(ac, enabled=False)), report
+    return replace(cfg, anchors=replace(ac, weight=best[0], layers=best[1])), report
+
+
+def held_out_mrr(parts: list[tuple[torch.Tensor, torch.Tensor]], mixes: list[list[float]],
+                 base_ids: torch.Tensor, truth: torch.Tensor, block: int = 1024) -> list[float]:
+    """For each mix ``m``, the MRR of the true targets ``truth`` when query ``i`` scores base
+    row ``j`` by ``sum_p m[p] <parts[p][0][i], parts[p][1][j]>`` (base rows are node numbers
+    ``base_ids``). Ties pessimistic: the rank counts every row scoring at least as high as
+    the truth. Exact, a block of ``block`` queries at a time, each part's scores computed
+    once for every mix (the held-out share is small)."""
+    position = torch.full((int(base_ids.max()) + 2,), -1)
+    position[base_ids] = torch.arange(base_ids.numel())
+    where = position[truth.clamp(max=position.numel() - 1)]
+    totals = [0.0] * len(mixes)
+    n = parts[0][0].size(0)
+    for start in range(0, n, block):
+        at = where[start:start + block]
+        each = [q[start:start + block] @ b.T for q, b in parts]
+        for m, mix in enumerate(mixes):
+            scores = sum(f * x for f, x in zip(mix, each) if f)
+            gold = scores.gather(1, at.clamp(min=0)[:, None])
+            rank = (scores >= gold).sum(1)  # counts the true row itself: the +1
+            totals[m] += float(torch.where(at >= 0, 1.0 / rank, 0.0).sum())
+    return [t / max(1, n) for t in totals]
+
+
+def _describe(choice: tuple[float, int] | None) -> str:
+    return "off" if choice is None else f"weight {choice[0]:g}, {choice[1]} layers"
+
+
+def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
+    """Every stage but load and write, with the settings the user left open chosen here, an
+    estimate of the accuracy and a confidence per match (``metrics["auto"]``,
+    ``metrics["estimate"]``, ``result.confidence``)."""
+    watch = watch or Stopwatch()
+    cfg, report = settle(pair, cfg)
+    split = split_seeds(pair.seeds, cfg.seed) if pair.seeds is not None else None
+    if split is None:
+        result = estimate.self_calibrated(pipeline.align(pair, cfg, watch))
+        result.metrics["auto"] = report
+        return result
+    kept, held = split
+    trial = estimation_pair(pair, held, kept)
+    with watch.stage("estimate"):
+        if cfg.auto:
+            cfg, report["selected"] = select(trial, cfg, held)
+        guess = pipeline.align(trial, cfg, Stopwatch())
+        fit = estimate.calibrate(estimate.margins(guess), estimate.correct(guess, held),
+                                 "held-out seeds")
+    result = pipeline.align(pair, cfg, watch)
+    result.confidence = fit(estimate.margins(result))
+    result.metrics["estimate"] = {**estimate.held_out(guess, held),
+                                  "confidence_fitted_on": fit.fitted_on}
+    result.metrics["auto"] = report
+    return result

@@ -1,0 +1,106 @@
+"""What a run can say of its own accuracy, without gold: a held-out estimate and a confidence
+per match.
+
+- **Estimate.** With seeds, a run that knows only the kept seeds ranks the held-out ones
+  (:func:`tfgm_dist.auto.split_seeds`); the share it decodes right and its MRR
+  (:func:`held_out`) estimate the accuracy of the real run, which knows every seed (so
+  they err low). Without seeds, :func:`proxy` reports what the scores say of themselves.
+- **Confidence.** A match's margin is its score minus the best other candidate's, over the
+  largest possible score (:func:`margins`); the confidence is the probability that a match
+  of that margin is right, fitted by isotonic regression (monotone in the margin) on the
+  held-out seeds (:func:`calibrate`). Without seeds the labels are whether a match is its
+  target's best source too; an unmatched source has no confidence.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import isotonic_regression
+
+from .pipeline import Result
+
+
+def margins(result: Result) -> torch.Tensor:
+    """``[n]`` each row's decoded score minus its best other candidate's, over
+    ``result.scale``, in ``[-1, 1]``; NaN where nothing was decoded."""
+    c, matched = result.candidates, result.matched
+    others = c.scores.masked_fill((c.index == matched[:, None]) | (c.index < 0), -torch.inf)
+    runner_up = others.max(1).values if c.k else torch.full_like(result.matched_score, -torch.inf)
+    margin = ((result.matched_score - runner_up) / result.scale).clamp(-1.0, 1.0)
+    return torch.where(matched >= 0, margin, torch.nan)
+
+
+def held_out(result: Result, held: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    """The estimate from a run whose gold is the held-out seeds: Hits@1 is the share of
+    held-out sources decoded to their target (what rank 1 of the output is), MRR that of
+    the ranked lists; rates in ``[0, 1]``, with the standard error of Hits@1."""
+    m, n = result.metrics, int(held[0].size)
+    hits = m["accuracy"] / 100.0
+    return {"hits@1": round(hits, 4), "mrr": round(m["mrr"], 4), "held_out": n,
+            "stderr": round(math.sqrt(hits * (1 - hits) / n), 4)}
+
+
+def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``[n]`` whether each row of ``result`` is decoded to its held-out target (rows whose
+    source is not held out: False)."""
+    rows = result.rows.numpy()
+    truth = np.full(max(int(rows.max(initial=-1)), int(held[0].max(initial=-1))) + 1, -2)
+    truth[held[0]] = held[1]
+    return truth[rows] == result.matched.numpy()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A non-decreasing step function from margin to confidence (isotonic regression)."""
+
+    margin: np.ndarray  # [m] sorted margins of the fitted points
+    value: np.ndarray  # [m] fitted probability at each, non-decreasing
+    fitted_on: str  # "held-out seeds" or "mutual best matches"
+
+    def __call__(self, margin: torch.Tensor) -> torch.Tensor:
+        """Confidence in ``[0, 1]`` of each margin; NaN margins stay NaN."""
+        m = margin.numpy()
+        if self.margin.size == 0:
+            out = np.full(m.shape, np.nan)
+        else:
+            out = np.interp(np.nan_to_num(m, nan=0.0), self.margin, self.value)
+        return torch.from_numpy(np.where(np.isnan(m), np.nan, out)).float()
+
+
+def calibrate(margin: torch.Tensor, label: np.ndarray, fitted_on: str) -> Calibration:
+    """The isotonic fit of ``label`` (0/1) on ``margin``; NaN margins are left out."""
+    m = margin.numpy()
+    keep = ~np.isnan(m)
+    order = np.argsort(m[keep], kind="stable")
+    x, y = m[keep][order], label[keep][order].astype(np.float64)
+    value = isotonic_regression(y, increasing=True).x if y.size else y
+    return Calibration(x, np.clip(value, 0.0, 1.0), fitted_on)
+
+
+def proxy(result: Result, margin: torch.Tensor) -> dict[str, Any]:
+    """Without seeds: the share of decoded matches that are their target's best source too
+    (when both directions were searched) and the quartiles of the margin."""
+    out: dict[str, Any] = {}
+    if result.mutual is not None:
+        out["mutual_best"] = round(float(result.mutual.double().mean()), 4)
+    m = margin.numpy()
+    m = m[~np.isnan(m)]
+    if m.size:
+        out["margin_quartiles"] = [round(float(v), 4) for v in np.quantile(m, [0.25, 0.5, 0.75])]
+    return out
+
+
+def self_calibrated(result: Result) -> Result:
+    """``result`` with a confidence fitted on its own mutual best matches and the proxy in its
+    metrics: what a run without held-out seeds can say (see the module's docstring)."""
+    margin = margins(result)
+    if result.mutual is None:
+        return result
+    fit = calibrate(margin, result.mutual.numpy(), "mutual best matches")
+    result.metrics["estimate"] = {**proxy(result, margin), "confidence_fitted_on": fit.fitted_on}
+    result.confidence = fit(margin)
+    return result
