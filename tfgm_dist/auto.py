@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -193,17 +193,35 @@ def _describe(choice: tuple[float, int] | None) -> str:
     return "off" if choice is None else f"weight {choice[0]:g}, {choice[1]} layers"
 
 
-def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
-    """Every stage but load and write, with the settings the user left open chosen here, an
-    estimate of the accuracy and a confidence per match (``metrics["auto"]``,
-    ``metrics["estimate"]``, ``result.confidence``)."""
-    watch = watch or Stopwatch()
+@dataclass
+class Prepared:
+    """What the run learnt before its final pass: the report of its choices, and with seeds
+    the held-out estimate and the calibration of the confidence (``None`` without seeds:
+    then the final pass calibrates on itself, :func:`estimate.self_calibrated`)."""
+
+    report: dict[str, Any]
+    estimate: dict[str, Any] | None = None
+    calibration: estimate.Calibration | None = None
+
+    def finish(self, result: Result) -> Result:
+        """``result`` with its confidence, and the estimate and the report in its metrics."""
+        if self.calibration is None:
+            result = estimate.self_calibrated(result)
+        else:
+            result.confidence = self.calibration(estimate.margins(result))
+            result.metrics["estimate"] = self.estimate
+        result.metrics["auto"] = self.report
+        return result
+
+
+def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Config, Prepared]:
+    """The settings of the final pass (:func:`settle`, and with seeds :func:`select`) and,
+    with seeds, a run that knows only the kept seeds, whose ranking of the held-out ones is
+    the estimate and fits the confidence. Runs in this process, on the Ray path too."""
     cfg, report = settle(pair, cfg)
     split = split_seeds(pair.seeds, cfg.seed) if pair.seeds is not None else None
     if split is None:
-        result = estimate.self_calibrated(pipeline.align(pair, cfg, watch))
-        result.metrics["auto"] = report
-        return result
+        return cfg, Prepared(report)
     kept, held = split
     trial = estimation_pair(pair, held, kept)
     with watch.stage("estimate"):
@@ -212,9 +230,14 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
         guess = pipeline.align(trial, cfg, Stopwatch())
         fit = estimate.calibrate(estimate.margins(guess), estimate.correct(guess, held),
                                  "held-out seeds")
-    result = pipeline.align(pair, cfg, watch)
-    result.confidence = fit(estimate.margins(result))
-    result.metrics["estimate"] = {**estimate.held_out(guess, held),
-                                  "confidence_fitted_on": fit.fitted_on}
-    result.metrics["auto"] = report
-    return result
+    found = {**estimate.held_out(guess, held), "confidence_fitted_on": fit.fitted_on}
+    return cfg, Prepared(report, found, fit)
+
+
+def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
+    """Every stage but load and write, with the settings the user left open chosen here, an
+    estimate of the accuracy and a confidence per match (``metrics["auto"]``,
+    ``metrics["estimate"]``, ``result.confidence``); the final pass knows every seed."""
+    watch = watch or Stopwatch()
+    cfg, prepared = prepare(pair, cfg, watch)
+    return prepared.finish(pipeline.align(pair, cfg, watch))

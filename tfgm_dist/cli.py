@@ -75,17 +75,16 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
                     for q in range(parts)]
             extra["resumed_from"] = str(resume)
         elif cfg.ray.partitions and collection is None:
-            cfg, report = auto.settle(pair, cfg)
+            cfg, prepared = auto.prepare(pair, cfg, watch)
             smaller = min(pair.source.num_nodes, pair.target.num_nodes)
             if cfg.ray.partitions > smaller:
                 raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the "
                                  f"{smaller} nodes of the smaller graph")
             from . import distributed
             distributed.connect(cfg.ray.address)
-            on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress)
+            on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress, prepared)
             quality, files = on_ray.align_and_write(stage, about, resume)
             extra["ray"] = on_ray.report()
-            extra["auto"] = report
         else:
             if collection is None:
                 result = auto.align(pair, cfg, watch)

@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from ray._private import ray_constants
 
-from . import checkpoint, estimate, write
+from . import checkpoint, write
+from .auto import Prepared
 from .config import Config
 from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
 from .graph import InputError
@@ -272,7 +273,7 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
 def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
             forward: list, forward_rows: list[np.ndarray], backward: list | None,
             backward_rows: list[np.ndarray], embeddings: list | None, score_scale: float,
-            resume: write.Location) -> tuple:
+            prepared: Prepared, resume: write.Location) -> tuple:
     """refine + assign on the merged candidates; the result cut into the source parts,
     which are also kept in ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
     _threads(num_cpus)
@@ -286,7 +287,7 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
     scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
                     o_s, o_t, scale=score_scale)
     scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
-    result = estimate.self_calibrated(conclude(pair, scored, cfg, watch))
+    result = prepared.finish(conclude(pair, scored, cfg, watch))
     usage.seconds = watch.seconds
     which = part_s.part[result.rows.numpy()]
     pieces = []
@@ -400,8 +401,10 @@ class Run:
     """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``."""
 
     def __init__(self, pair: Pair, cfg: Config, partitions: int, watch: Stopwatch,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, prepared: Prepared | None = None
+                 ) -> None:
         self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
+        self.prepared = prepared or Prepared({"enabled": False})
         self.progress = progress or (lambda event, info: None)
         self.device, self.actor_cpus, self.actor_options = placement(*_resources(), partitions)
         self.usage: list[dict] = []
@@ -494,7 +497,8 @@ class Run:
             out = _finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
                 forward[1], None if backward is None else backward[0],
-                [] if backward is None else backward[1], embeddings, scale(self.chans), resume)
+                [] if backward is None else backward[1], embeddings, scale(self.chans),
+                self.prepared, resume)
             metrics, finish_usage = ray.get(out[:2])
         self.usage += [*usage, finish_usage]
         return metrics, out[2:]
