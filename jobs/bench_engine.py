@@ -105,7 +105,7 @@ def yeast_child(noise: int, runs: int) -> dict:
     from tfgm_dist.config import Config
     from tfgm_dist.load import load_graph
     from tfgm_dist.pipeline import Pair, Stopwatch, load_pair
-    accs, secs, stages = [], [], []
+    accs, secs, stages, sure = [], [], [], []
     for run in range(runs):
         cfg = Config(seed=run)
         watch = Stopwatch()
@@ -119,8 +119,13 @@ def yeast_child(noise: int, runs: int) -> dict:
         secs.append(time.perf_counter() - start)
         accs.append(result.metrics["accuracy"])
         stages.append(watch.seconds)
+        sure.append(result.metrics["reliability"])
     mean_stage = {k: float(np.mean([s[k] for s in stages])) for k in stages[0]}
-    return {"acc": accs, "secs": secs, "stages": mean_stage, "peak": _peak()}
+    pooled = {c: {"rows": sum(r[c]["rows"] for r in sure),
+                  "share_correct": sum((r[c]["share_correct"] or 0) * r[c]["rows"] for r in sure)
+                  / max(1, sum(r[c]["rows"] for r in sure))} for c in sure[0]}
+    return {"acc": accs, "secs": secs, "stages": mean_stage, "peak": _peak(),
+            "reliability": pooled}
 
 
 def run_cli(args: list[str]) -> tuple[float, dict]:
@@ -159,6 +164,13 @@ def prepare_dbp(pair_name: str, folder: Path) -> dict[str, Path]:
     return paths
 
 
+def fmt_reliability(m: dict) -> str:
+    """``share correct (rows)`` at each confidence level of ``metrics.json``'s reliability."""
+    levels = m.get("reliability", {})
+    return " / ".join(f"{v['share_correct']:.2f} ({v['rows']})" if v["rows"] else "- (0)"
+                      for v in levels.values()) or "-"
+
+
 def _vs_all(m: dict | None) -> str:
     return "-" if m is None else f"{m['hits@1']:.1f} / {m['hits@10']:.1f}"
 
@@ -191,8 +203,9 @@ def bench_dbp_end_to_end(pairs: list[str], seeds: bool) -> None:
     print(f"\n### DBP15k end to end (`tfgm-dist align`, new process, no config file, "
           f"{'with' if seeds else 'without'} seeds)\n")
     print("| pair | wall s | Hits@1 | Hits@10 | MRR | 1:1 acc. | estimated H@1 (held out) "
-          "| seconds per stage | peak RSS |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| seconds per stage | peak RSS | share correct (rows) at confidence >= 0.5 / 0.8 "
+          "/ 0.9 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for pair_name in pairs:
         with tempfile.TemporaryDirectory() as tmp:
             p = prepare_dbp(pair_name, Path(tmp) / "in")
@@ -205,22 +218,23 @@ def bench_dbp_end_to_end(pairs: list[str], seeds: bool) -> None:
                  else "-")
         print(f"| {pair_name} | {wall:.1f} | {m['hits@1']:.1f} | {m['hits@10']:.1f} | "
               f"{m['mrr']:.3f} | {m['accuracy']:.1f} | {guess} | {_fmt_s(m['seconds'])} | "
-              f"{m['peak_rss_bytes'] / 2**30:.2f} GiB |", flush=True)
+              f"{m['peak_rss_bytes'] / 2**30:.2f} GiB | {fmt_reliability(m)} |", flush=True)
 
 
 def bench_yeast(runs: int) -> None:
     print(f"\n### Yeast PPI (node correctness %, one-to-one, {runs} permuted runs; "
           "no config file)\n")
     print("| noise | mean ± std | min – max | paper | s per run (mean / median) "
-          "| seconds per stage (mean) | peak RSS |")
-    print("|---|---|---|---|---|---|---|")
+          "| seconds per stage (mean) | peak RSS | share correct (rows) at confidence "
+          ">= 0.5 / 0.8 / 0.9, all runs |")
+    print("|---|---|---|---|---|---|---|---|")
     for noise in (5, 10, 15, 20, 25):
         r = _in_child(yeast_child, noise, runs)
         acc, secs = np.array(r["acc"]), np.array(r["secs"])
         print(f"| {noise} % | {acc.mean():.1f} ± {acc.std():.1f} | {acc.min():.1f} – "
               f"{acc.max():.1f} | {PAPER_YEAST[noise]} | {secs.mean():.2f} / "
-              f"{np.median(secs):.2f} | {_fmt_s(r['stages'])} | {r['peak'] / 2**20:.0f} MiB |",
-              flush=True)
+              f"{np.median(secs):.2f} | {_fmt_s(r['stages'])} | {r['peak'] / 2**20:.0f} MiB | "
+              f"{fmt_reliability(r)} |", flush=True)
 
 
 def main() -> None:

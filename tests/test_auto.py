@@ -135,6 +135,9 @@ def test_estimate_never_reads_gold_and_tracks_the_true_accuracy(seeded_pair):
     assert abs(est["hits@1"] - with_gold.metrics["accuracy"] / 100) < 0.15
     assert torch.equal(with_gold.matched, no_gold.matched)
     assert with_gold.metrics["auto"]["selected"]["anchors"]
+    sure = with_gold.metrics["reliability"]  # with gold only: how far the confidence holds
+    assert set(sure) == {"0.5", "0.8", "0.9"} and "reliability" not in no_gold.metrics
+    assert all(v["share_correct"] is None or 0 <= v["share_correct"] <= 1 for v in sure.values())
 
 
 def test_confidence_is_in_0_1_monotone_in_the_margin_and_calibrated(seeded_pair):

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import estimate, pipeline
+from . import estimate, metrics, pipeline
 from .config import Config, with_overrides
 from .pipeline import Pair, Result, Stopwatch, channels, embeddings, feature_kind, operators, plan
 
@@ -203,14 +203,19 @@ class Prepared:
     estimate: dict[str, Any] | None = None
     calibration: estimate.Calibration | None = None
 
-    def finish(self, result: Result) -> Result:
-        """``result`` with its confidence, and the estimate and the report in its metrics."""
+    def finish(self, result: Result, gold: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> Result:
+        """``result`` with its confidence, and the estimate and the report in its metrics;
+        with ``gold``, also how reliable the confidence was (:func:`metrics.reliability`)."""
         if self.calibration is None:
             result = estimate.self_calibrated(result)
         else:
             result.confidence = self.calibration(estimate.margins(result))
             result.metrics["estimate"] = self.estimate
         result.metrics["auto"] = self.report
+        if gold is not None and result.confidence is not None:
+            result.metrics["reliability"] = metrics.reliability(
+                result.confidence, result.matched, result.rows, *gold)
         return result
 
 
@@ -240,4 +245,4 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
     ``metrics["estimate"]``, ``result.confidence``); the final pass knows every seed."""
     watch = watch or Stopwatch()
     cfg, prepared = prepare(pair, cfg, watch)
-    return prepared.finish(pipeline.align(pair, cfg, watch))
+    return prepared.finish(pipeline.align(pair, cfg, watch), pair.gold)

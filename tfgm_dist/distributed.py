@@ -287,7 +287,7 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
     scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
                     o_s, o_t, scale=score_scale)
     scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
-    result = prepared.finish(conclude(pair, scored, cfg, watch))
+    result = prepared.finish(conclude(pair, scored, cfg, watch), pair.gold)
     usage.seconds = watch.seconds
     which = part_s.part[result.rows.numpy()]
     pieces = []

@@ -66,3 +66,25 @@ def _gold(gold_src: np.ndarray, gold_tgt: np.ndarray,
     if int(tgt.min()) < 0:
         raise ValueError("gold targets must be >= 0")
     return src, tgt
+
+
+def reliability(confidence: torch.Tensor, assigned: torch.Tensor, rows: torch.Tensor,
+                gold_src: np.ndarray, gold_tgt: np.ndarray,
+                levels: Sequence[float] = (0.5, 0.8, 0.9)) -> dict:
+    """How far the confidence can be trusted: for each level ``c``, among the output rows
+    with a gold pair and confidence >= ``c``, how many there are and the share (0-1) decoded
+    right. A calibrated confidence has a share of at least about ``c``.
+
+    ``confidence``, ``assigned``: ``[n]`` per output row, whose source numbers are ``rows``.
+    """
+    truth = np.full(int(max(rows.numpy().max(initial=-1), gold_src.max(initial=-1))) + 1, -2)
+    truth[gold_src] = gold_tgt
+    target = torch.from_numpy(truth[rows.numpy()])
+    scored = target >= 0
+    out = {}
+    for c in levels:
+        sure = scored & (confidence >= c)  # NaN confidence is never >= c
+        n = int(sure.sum())
+        right = int((assigned[sure] == target[sure]).sum())
+        out[f"{c:g}"] = {"rows": n, "share_correct": round(right / n, 4) if n else None}
+    return out

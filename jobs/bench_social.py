@@ -1,0 +1,408 @@
+"""Benchmark social-network alignment with seeds: tfgm-dist against a plain RWR anchor baseline.
+
+    python -m jobs.bench_social                              # everything
+    python -m jobs.bench_social --only shared                # the two real social pairs
+    python -m jobs.bench_social --only dev --pairs yeast     # development pairs built from yeast
+
+Prints Markdown tables, one row per pair: sizes, seeds and gold pairs, then Hits@1, Hits@10
+(percent) and MRR of
+
+- the RWR baseline (:func:`rwr_baseline`): every node described by its random-walk-with-restart
+  scores from every seed, nodes compared by cosine; seconds from loading the files on;
+- tfgm-dist as a new user runs it: ``tfgm-dist -q align SOURCE TARGET --out OUT --seeds SEEDS
+  --gold GOLD`` in a new process, with no config and no other flag (the library's defaults);
+  its ``metrics.json`` read back; seconds are the whole command's wall time.
+
+Protocol (``../shared/data/README.md``, ``social/``): seeds as given; every gold source is
+ranked against all target nodes except the seed targets (which tfgm-dist does not offer to
+other sources either); a tie with the gold target counts against it.
+
+Pairs: the real ``social/flickr_lastfm`` and ``social/flickr_myspace`` (``--only shared``), and
+development pairs (``--only dev``): two partially overlapping noisy copies of one real graph
+(:func:`noisy_copies`: fixed random seeds, so every run builds the same pairs) with 20 % of the
+true pairs as seeds. ``--pairs`` keeps the pairs whose name starts with one of its
+comma-separated values. On 2 cores the RWR baseline takes about 4 minutes for all pairs
+(most of it on the DBP15k ones); tfgm-dist's time is whatever its defaults cost, and a run
+longer than ``--timeout`` seconds (default 300) is stopped and reported as such.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from jobs.bench_engine import fmt_reliability
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+
+SHARED = ("flickr_lastfm", "flickr_myspace")
+# Development pairs: (name, graph file under DATA, [(keep, edge_drop), ...]).
+DEV = (
+    ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [(0.8, 0.1), (0.8, 0.25), (1.0, 0.25)]),
+    ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [(0.8, 0.1), (1.0, 0.25)]),
+    ("flickr_lastfm.target", "social/flickr_lastfm/target_edges.tsv", [(0.8, 0.1)]),
+    ("flickr_myspace.source", "social/flickr_myspace/source_edges.tsv", [(0.8, 0.1)]),
+    ("flickr_myspace.target", "social/flickr_myspace/target_edges.tsv", [(0.8, 0.1)]),
+    ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(0.8, 0.1), (0.8, 0.25)]),
+    ("dbp15k_en", "dbp15k/zh_en/triples_2", [(0.8, 0.1)]),
+)
+DEV_SEED = 0  # rng seed of every development pair
+BLOCK_CELLS = 1 << 24  # scores held at once while ranking (gold rows x candidates): 128 MiB
+
+
+# ---------------------------------------------------------------------------------------------
+# The RWR anchor baseline
+
+
+def _walk_matrix(edges: np.ndarray, num_nodes: int) -> sp.csr_matrix:
+    """``P^T`` for the row-stochastic walk ``P = D^-1 A`` on the undirected, unweighted graph.
+
+    Self-loops and repeated edges (either direction) are dropped; a node without edges gets a
+    zero column, so a walker there is lost, not kept.
+    """
+    u, v = edges[edges[:, 0] != edges[:, 1]].T
+    a = sp.coo_matrix((np.ones(len(u)), (u, v)), shape=(num_nodes, num_nodes))
+    a = ((a + a.T) > 0).astype(np.float64).tocsr()
+    degree = np.asarray(a.sum(axis=1)).ravel()
+    inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0)
+    return (a @ sp.diags(inverse)).tocsr()
+
+
+def rwr_scores(edges: np.ndarray, num_nodes: int, seeds: np.ndarray, restart: float = 0.15,
+               iters: int = 100) -> np.ndarray:
+    """``[num_nodes, k]`` random-walk-with-restart scores: column ``j`` is the stationary
+    visit probability of a walker that restarts at ``seeds[j]`` with probability ``restart``.
+
+    Power iteration of ``R = restart * E + (1 - restart) * P^T R``; its error shrinks by
+    ``1 - restart`` per step (100 steps: 1e-7 of the start). Float64 throughout: on these
+    sparse graphs many nodes have nearly equal vectors, and float32 rounding would decide
+    which of them ranks first.
+    """
+    walk = _walk_matrix(edges, num_nodes)
+    columns = np.arange(len(seeds))
+    scores = np.zeros((num_nodes, len(seeds)))
+    scores[seeds, columns] = restart
+    for _ in range(iters):
+        scores = walk @ scores
+        scores *= 1.0 - restart
+        scores[seeds, columns] += restart
+    return scores
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length; an all-zero row (no seed reaches it) stays zero."""
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
+
+
+def pessimistic_ranks(source: np.ndarray, target: np.ndarray, gold_s: np.ndarray,
+                      gold_t: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Rank of each gold target among ``candidates`` by the dot product of the rows.
+
+    ``rank = 1 + #{other candidates scoring >= the gold}``: ties earn no credit. Scores are
+    formed for a block of gold sources at a time so that memory stays at ``BLOCK_CELLS``.
+    """
+    column = np.full(len(target), -1)
+    column[candidates] = np.arange(len(candidates))
+    gold_col = column[gold_t]
+    if (gold_col < 0).any():
+        raise ValueError("a gold target is not among the candidates (is it a seed target?)")
+    pool = target[candidates]
+    block = max(1, BLOCK_CELLS // max(1, len(candidates)))
+    ranks = np.empty(len(gold_s), np.int64)
+    for start in range(0, len(gold_s), block):
+        rows = slice(start, start + block)
+        scores = source[gold_s[rows]] @ pool.T
+        gold = scores[np.arange(len(scores)), gold_col[rows]]
+        # The gold itself always counts as ">=", which supplies the "1 +".
+        ranks[rows] = (scores >= gold[:, None]).sum(axis=1)
+    return ranks
+
+
+def ranking_summary(ranks: np.ndarray) -> dict[str, float]:
+    """Hits@1 and Hits@10 in percent, MRR in 0-1."""
+    return {"hits@1": 100.0 * float(np.mean(ranks <= 1)),
+            "hits@10": 100.0 * float(np.mean(ranks <= 10)),
+            "mrr": float(np.mean(1.0 / ranks))}
+
+
+def rwr_baseline(source_edges: np.ndarray, target_edges: np.ndarray,
+                 seeds: tuple[np.ndarray, np.ndarray], gold: tuple[np.ndarray, np.ndarray],
+                 restart: float = 0.15, iters: int = 100,
+                 num_nodes: tuple[int, int] | None = None) -> dict[str, float]:
+    """The plain training-free anchor baseline: Hits@1, Hits@10 (percent) and MRR.
+
+    Every node of each graph gets its RWR scores from every seed of its side (source seed
+    ``seeds[0][k]`` and target seed ``seeds[1][k]`` share column ``k``); a gold source is
+    ranked against every target that is not a seed target by cosine similarity, ties counted
+    against the gold (:func:`pessimistic_ranks`). A gold pair whose source is a seed is known,
+    not predicted, and is left out, as tfgm-dist does (``flickr_lastfm`` lists one pair in
+    both files); ``evaluated`` says how many gold pairs count.
+
+    Args:
+        source_edges, target_edges: ``[E, 2]`` int arrays of contiguous node numbers.
+        seeds, gold: (source numbers, target numbers), as ``tfgm_dist.load.load_pairs`` gives.
+        num_nodes: node counts of the two graphs; default: largest number in the edges + 1.
+    """
+    n_s, n_t = num_nodes or (int(source_edges.max()) + 1, int(target_edges.max()) + 1)
+    source = _unit_rows(rwr_scores(source_edges, n_s, seeds[0], restart, iters))
+    target = _unit_rows(rwr_scores(target_edges, n_t, seeds[1], restart, iters))
+    candidates = np.setdiff1d(np.arange(n_t), seeds[1])
+    asked = ~np.isin(gold[0], seeds[0])
+    ranks = pessimistic_ranks(source, target, gold[0][asked], gold[1][asked], candidates)
+    return {**ranking_summary(ranks), "evaluated": int(asked.sum())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Development pairs
+
+
+@dataclass(frozen=True)
+class DevPair:
+    """Two noisy copies of one graph and their true pairs, in the ids written to the files.
+
+    All arrays are ``[rows, 2]`` int64: edges ``(u, v)`` of each copy, and seed and gold pairs
+    ``(source id, target id)``.
+    """
+
+    source_edges: np.ndarray
+    target_edges: np.ndarray
+    seeds: np.ndarray
+    gold: np.ndarray
+
+
+def _undirected(edges: np.ndarray) -> np.ndarray:
+    """Each undirected edge once, as ``(min, max)``; self-loops dropped."""
+    ends = np.sort(edges, axis=1)
+    return np.unique(ends[ends[:, 0] != ends[:, 1]], axis=0)
+
+
+def _noisy_copy(edges: np.ndarray, num_nodes: int, rng: np.random.Generator, keep: float,
+                edge_drop: float) -> tuple[np.ndarray, np.ndarray]:
+    """Induced subgraph on a random node subset, then random edge deletion.
+
+    Returns the surviving edges (original node numbers) and which nodes still have an edge:
+    only those exist for a loader that reads the edge list.
+    """
+    kept = rng.random(num_nodes) < keep
+    survives = kept[edges[:, 0]] & kept[edges[:, 1]] & (rng.random(len(edges)) >= edge_drop)
+    copy = edges[survives]
+    present = np.zeros(num_nodes, bool)
+    present[copy.ravel()] = True
+    return copy, present
+
+
+def _disguise(edges: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """New ids by a random permutation, edges shuffled and randomly reversed.
+
+    Returns the edges in new ids and the new id of every original node. Shuffling matters:
+    loaders number nodes by first appearance, and two copies listing their edges in the
+    original order would get nearly equal numbers for the same node.
+    """
+    new_id = rng.permutation(int(edges.max()) + 1 if len(edges) else 0)
+    flip = rng.random(len(edges)) < 0.5
+    edges = np.where(flip[:, None], edges[:, ::-1], edges)[rng.permutation(len(edges))]
+    return new_id[edges], new_id
+
+
+def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
+                 keep: float = 0.8, edge_drop: float = 0.1, seed_share: float = 0.2) -> DevPair:
+    """A development pair from one real graph: two independent noisy copies of it.
+
+    Each copy is the subgraph induced by the nodes it keeps (each with probability ``keep``)
+    minus each of its edges with probability ``edge_drop``, in its own random ids. The truth
+    is every node that has an edge in both copies; a random ``seed_share`` of it are the seeds,
+    the rest the gold. ``edges`` is ``[E, 2]`` contiguous node numbers below ``num_nodes``;
+    direction and repeated edges are ignored.
+    """
+    edges = _undirected(np.asarray(edges, np.int64))
+    copy_a, present_a = _noisy_copy(edges, num_nodes, rng, keep, edge_drop)
+    copy_b, present_b = _noisy_copy(edges, num_nodes, rng, keep, edge_drop)
+    edges_a, id_a = _disguise(copy_a, rng)
+    edges_b, id_b = _disguise(copy_b, rng)
+    true = rng.permutation(np.flatnonzero(present_a & present_b))
+    pairs = np.stack([id_a[true], id_b[true]], axis=1)
+    n_seeds = round(seed_share * len(pairs))
+    return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:])
+
+
+def write_pair(pair: DevPair, folder: Path) -> dict[str, Path]:
+    """``source_edges.tsv``, ``target_edges.tsv``, ``seeds.tsv``, ``gold.tsv`` in ``folder``
+    (tab separated, no header, as under ``social/``); returns the four paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {"source": pair.source_edges, "target": pair.target_edges,
+              "seeds": pair.seeds, "gold": pair.gold}
+    paths = {}
+    for key, array in arrays.items():
+        paths[key] = folder / (f"{key}_edges.tsv" if key in ("source", "target") else f"{key}.tsv")
+        np.savetxt(paths[key], array, fmt="%d", delimiter="\t")
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring one pair
+
+
+def shared_paths(name: str) -> dict[str, Path]:
+    """The four files of one pair under ``social/``."""
+    folder = DATA / "social" / name
+    return {"source": folder / "source_edges.tsv", "target": folder / "target_edges.tsv",
+            "seeds": folder / "seeds.tsv", "gold": folder / "gold.tsv"}
+
+
+def build_dev_pair(graph: str, keep: float, edge_drop: float, folder: Path) -> dict[str, Path]:
+    """Write the development pair of ``graph`` (a path under DATA) with this noise."""
+    from tfgm_dist.load import load_graph
+    g = load_graph(DATA / graph)
+    pair = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(DEV_SEED),
+                        keep=keep, edge_drop=edge_drop)
+    return write_pair(pair, folder)
+
+
+def run_baseline(paths: dict[str, Path]) -> dict:
+    """Load the pair as tfgm-dist does, run :func:`rwr_baseline`; metrics, sizes, seconds."""
+    from tfgm_dist.load import load_graph, load_pairs
+    start = time.perf_counter()
+    g_s, g_t = load_graph(paths["source"]), load_graph(paths["target"])
+    seeds = load_pairs(paths["seeds"], g_s, g_t, "seeds")
+    gold = load_pairs(paths["gold"], g_s, g_t, "gold")
+    m = rwr_baseline(g_s.edge_index.numpy().T, g_t.edge_index.numpy().T, seeds, gold,
+                     num_nodes=(g_s.num_nodes, g_t.num_nodes))
+    return {**m, "seconds": time.perf_counter() - start,
+            "sizes": (g_s.num_nodes, g_s.num_edges, g_t.num_nodes, g_t.num_edges),
+            "seeds": len(seeds[0])}
+
+
+def run_tfgm(paths: dict[str, Path], out: Path, timeout_s: float) -> dict:
+    """``tfgm-dist -q align`` with only the inputs, in a new process; its metrics, or the
+    last line of its error."""
+    command = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(paths["source"]),
+               str(paths["target"]), "--out", str(out), "--seeds", str(paths["seeds"]),
+               "--gold", str(paths["gold"])]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped after {timeout_s:g} s"}
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        return {"error": lines[-1]}
+    return {**json.loads((out / "metrics.json").read_text()), "seconds": seconds}
+
+
+def percent_scale(metrics: dict) -> float:
+    """100 if the Hits and accuracy of ``metrics`` are rates in 0-1, 1 if already percent.
+
+    A value above 1 can only be a percent. Below 1 both readings are possible (0.5 % is a
+    real Hits@1 here), so the MRR decides: read as rates, ``hits@1 <= MRR`` and
+    ``MRR >= hits@1 + (hits@10 - hits@1) / 10`` must hold; otherwise they are percents.
+    """
+    h1, h10 = metrics["hits@1"], metrics["hits@10"]
+    if any(metrics.get(k, 0.0) > 1.0 for k in ("hits@1", "hits@10", "accuracy")):
+        return 1.0
+    consistent = h1 <= metrics["mrr"] + 1e-9 and metrics["mrr"] >= h1 + (h10 - h1) / 10 - 1e-9
+    return 100.0 if consistent else 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+HEADER = ("| pair | source nodes / edges | target nodes / edges | seeds | gold evaluated "
+          "| RWR H@1 | RWR H@10 | RWR MRR | RWR s "
+          "| tfgm H@1 | tfgm est. H@1 (held out) | tfgm H@10 | tfgm MRR | tfgm 1:1 acc. | tfgm s "
+          "| H@1 tfgm / RWR | tfgm share correct (rows) at confidence >= 0.5 / 0.8 / 0.9 |")
+
+
+def _tfgm_cells(m: dict, baseline_h1: float) -> str:
+    """The tfgm-dist columns of a row (Hits and accuracy in percent)."""
+    if "error" in m:
+        return f"failed: {m['error'][:100].replace('|', '/')} | | | | | | |"
+    scale = percent_scale(m)
+    h1 = scale * m["hits@1"]
+    estimate = m.get("estimate")
+    est = (f"{100 * estimate['hits@1']:.1f} ({estimate.get('held_out', '?')})"
+           if isinstance(estimate, dict) and "hits@1" in estimate else "-")
+    acc = f"{scale * m['accuracy']:.1f}" if "accuracy" in m else "-"
+    ratio = f"{h1 / baseline_h1:.1f}x" if baseline_h1 > 0 else "-"
+    return (f"{h1:.1f} | {est} | {scale * m['hits@10']:.1f} | {m['mrr']:.3f} | {acc} | "
+            f"{m['seconds']:.1f} | {ratio} | {fmt_reliability(m)}")
+
+
+def print_row(name: str, base: dict, tfgm: dict) -> None:
+    n_s, e_s, n_t, e_t = base["sizes"]
+    print(f"| {name} | {n_s:,} / {e_s:,} | {n_t:,} / {e_t:,} | {base['seeds']:,} | "
+          f"{base['evaluated']:,} | {base['hits@1']:.1f} | {base['hits@10']:.1f} | "
+          f"{base['mrr']:.3f} | {base['seconds']:.1f} | {_tfgm_cells(tfgm, base['hits@1'])} |",
+          flush=True)
+
+
+def _print_header(title: str) -> None:
+    print(f"\n### {title}\n", flush=True)
+    print(HEADER)
+    print("|" + "---|" * HEADER.count(" | ") + "---|", flush=True)
+
+
+def bench_shared(selected: list[str], tmp: Path, timeout_s: float) -> None:
+    _print_header("Real social pairs (Hits in %, every gold source ranked against all "
+                  "non-seed targets, ties against the gold)")
+    for name in SHARED:
+        if _wanted(name, selected):
+            paths = shared_paths(name)
+            print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / name, timeout_s))
+
+
+def bench_dev(selected: list[str], tmp: Path, timeout_s: float) -> None:
+    _print_header(f"Development pairs: two noisy copies of one graph (keep = node kept per "
+                  f"copy, drop = edge dropped per copy; 20 % of the true pairs are seeds; "
+                  f"rng seed {DEV_SEED})")
+    for graph, path, settings in DEV:
+        for keep, drop in settings:
+            name = f"{graph}/keep{keep:g}-drop{drop:g}"
+            if not _wanted(name, selected):
+                continue
+            if not (DATA / path).exists():
+                print(f"| {name} | not found: {DATA / path} |", flush=True)
+                continue
+            paths = build_dev_pair(path, keep, drop, tmp / "dev" / name.replace("/", "-"))
+            out = tmp / "out" / name.replace("/", "-")
+            print_row(name, run_baseline(paths), run_tfgm(paths, out, timeout_s))
+
+
+def _wanted(name: str, selected: list[str]) -> bool:
+    return not selected or any(name.startswith(s) for s in selected)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", choices=("shared", "dev"))
+    p.add_argument("--pairs", default="",
+                   help="comma-separated name prefixes, e.g. flickr_myspace,yeast/keep0.8")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="seconds one tfgm-dist run may take before its row says so")
+    args = p.parse_args()
+    if not (DATA / "social").exists():
+        sys.exit(f"benchmark data not found: {DATA / 'social'} is missing")
+    selected = [s for s in args.pairs.split(",") if s]
+    print(f"machine: {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-social-") as tmp:
+        if args.only in (None, "shared"):
+            bench_shared(selected, Path(tmp), args.timeout)
+        if args.only in (None, "dev"):
+            bench_dev(selected, Path(tmp), args.timeout)
+
+
+if __name__ == "__main__":
+    main()
