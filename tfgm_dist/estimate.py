@@ -9,7 +9,8 @@ per match.
   largest possible score (:func:`margins`); the confidence is the probability that a match
   of that margin is right, fitted by isotonic regression (monotone in the margin) on the
   held-out seeds (:func:`calibrate`). Without seeds the labels are whether a match is its
-  target's best source too; an unmatched source has no confidence.
+  target's best source too, and the fit is squared (mutual is not right); an unmatched
+  source has no confidence.
 """
 from __future__ import annotations
 
@@ -102,5 +103,8 @@ def self_calibrated(result: Result) -> Result:
         return result
     fit = calibrate(margin, result.mutual.numpy(), "mutual best matches")
     result.metrics["estimate"] = {**proxy(result, margin), "confidence_fitted_on": fit.fitted_on}
-    result.confidence = fit(margin)
+    # Being mutual overstates being right by the mutual-but-wrong share. Measured on yeast at
+    # 25 % noise: rows the mutual fit put at >= 0.9 were right 78 % of the time; its square
+    # (still monotone, in [0, 1]) is the conservative reading.
+    result.confidence = fit(margin) ** 2
     return result
