@@ -63,7 +63,7 @@ def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
                                                       "matches/part-00001.parquet"]
     table = ds.dataset(out / "matches", format="parquet").to_table()
     assert table.num_rows == sum(f["rows"] for f in manifest["files"]) == 2 * 2000
-    assert table.schema.names == ["source_id", "target_id", "rank", "score"]
+    assert table.schema.names == ["source_id", "target_id", "rank", "score", "confidence"]
     assert set(table.column("rank").to_pylist()) == {1, 2}
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["ray"]["partitions"] == 2 and metrics["hits@1"] > 50
