@@ -118,13 +118,17 @@ def split_seeds(seeds: tuple[np.ndarray, np.ndarray], seed: int,
 
 def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray],
                     kept: tuple[np.ndarray, np.ndarray]) -> Pair:
-    """The pair as a run that knows only the ``kept`` seeds sees it, with the held-out
-    pairs as its gold, their sources as its queries and their targets searchable."""
+    """The pair as a run that knows only the ``kept`` seeds sees it: the held-out pairs are
+    its gold, their sources join the output rows and their targets the searchable ones.
+
+    The output rows stay those of the real run: a one-to-one decoding among the held-out
+    rows alone would lose what the competition of every row adds (on DBP15k zh_en the
+    estimate read 90.4 that way, 93.1 decoding every row; the real run: 95.1)."""
     candidates = pair.candidates
     if candidates is not None:
         candidates = np.union1d(candidates, held[1])
-    return replace(pair, seeds=kept, gold=held, queries=np.unique(held[0]),
-                   candidates=candidates)
+    queries = pair.queries if pair.queries is None else np.union1d(pair.queries, held[0])
+    return replace(pair, seeds=kept, gold=held, queries=queries, candidates=candidates)
 
 
 def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tuple[Config, dict]:
@@ -233,7 +237,9 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Config, Prepared
         if cfg.auto:
             cfg, report["selected"] = select(trial, cfg, held)
         guess = pipeline.align(trial, cfg, Stopwatch())
-        fit = estimate.calibrate(estimate.margins(guess), estimate.correct(guess, held),
+        scored = torch.from_numpy(np.isin(guess.rows.numpy(), held[0]))
+        fit = estimate.calibrate(estimate.margins(guess)[scored],
+                                 estimate.correct(guess, held)[scored.numpy()],
                                  "held-out seeds")
     found = {**estimate.held_out(guess, held), "confidence_fitted_on": fit.fitted_on}
     return cfg, Prepared(report, found, fit)

@@ -47,7 +47,7 @@ def held_out(result: Result, held: tuple[np.ndarray, np.ndarray]) -> dict[str, A
 
 def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """``[n]`` whether each row of ``result`` is decoded to its held-out target (rows whose
-    source is not held out: False)."""
+    source is not held out: False; leave them out of a fit)."""
     rows = result.rows.numpy()
     truth = np.full(max(int(rows.max(initial=-1)), int(held[0].max(initial=-1))) + 1, -2)
     truth[held[0]] = held[1]
