@@ -303,20 +303,6 @@ def run_tfgm(paths: dict[str, Path], out: Path, timeout_s: float) -> dict:
     return {**json.loads((out / "metrics.json").read_text()), "seconds": seconds}
 
 
-def percent_scale(metrics: dict) -> float:
-    """100 if the Hits and accuracy of ``metrics`` are rates in 0-1, 1 if already percent.
-
-    A value above 1 can only be a percent. Below 1 both readings are possible (0.5 % is a
-    real Hits@1 here), so the MRR decides: read as rates, ``hits@1 <= MRR`` and
-    ``MRR >= hits@1 + (hits@10 - hits@1) / 10`` must hold; otherwise they are percents.
-    """
-    h1, h10 = metrics["hits@1"], metrics["hits@10"]
-    if any(metrics.get(k, 0.0) > 1.0 for k in ("hits@1", "hits@10", "accuracy")):
-        return 1.0
-    consistent = h1 <= metrics["mrr"] + 1e-9 and metrics["mrr"] >= h1 + (h10 - h1) / 10 - 1e-9
-    return 100.0 if consistent else 1.0
-
-
 # ---------------------------------------------------------------------------------------------
 # Tables
 
@@ -330,14 +316,13 @@ def _tfgm_cells(m: dict, baseline_h1: float) -> str:
     """The tfgm-dist columns of a row (Hits and accuracy in percent)."""
     if "error" in m:
         return f"failed: {m['error'][:100].replace('|', '/')} | | | | | | |"
-    scale = percent_scale(m)
-    h1 = scale * m["hits@1"]
+    h1 = m["hits@1"]  # metrics.json: Hits and accuracy in percent, MRR and the estimate in 0-1
     estimate = m.get("estimate")
     est = (f"{100 * estimate['hits@1']:.1f} ({estimate.get('held_out', '?')})"
            if isinstance(estimate, dict) and "hits@1" in estimate else "-")
-    acc = f"{scale * m['accuracy']:.1f}" if "accuracy" in m else "-"
+    acc = f"{m['accuracy']:.1f}" if "accuracy" in m else "-"
     ratio = f"{h1 / baseline_h1:.1f}x" if baseline_h1 > 0 else "-"
-    return (f"{h1:.1f} | {est} | {scale * m['hits@10']:.1f} | {m['mrr']:.3f} | {acc} | "
+    return (f"{h1:.1f} | {est} | {m['hits@10']:.1f} | {m['mrr']:.3f} | {acc} | "
             f"{m['seconds']:.1f} | {ratio} | {fmt_reliability(m)}")
 
 

@@ -229,18 +229,17 @@ def _build(cls: type, data: dict[str, Any], where: str, prefix: str = "") -> Any
         raise InputError(f"{where}: {prefix}{e}") from None
 
 
-def from_dict(data: dict[str, Any], where: str = "config",
-              explicit: tuple[str, ...] = ()) -> Config:
+def from_dict(data: dict[str, Any], where: str = "config") -> Config:
     """A validated :class:`Config` from nested dicts (missing keys keep their defaults).
 
-    Every key present in ``data`` counts as set by the user, with those of ``explicit``;
-    ``data["explicit"]``, as :meth:`Config.to_dict` writes it, replaces that count."""
+    Every key present in ``data`` counts as set by the user, unless ``data["explicit"]``,
+    as :meth:`Config.to_dict` writes it, lists them."""
     if not isinstance(data, dict):
         raise InputError(f"{where}: the config must be a table")
     given = data.get("explicit")
     data = {k: v for k, v in data.items() if k != "explicit"}
     cfg = _build(Config, data, where)
-    keys = set(given) if given is not None else set(explicit) | set(_dotted(data))
+    keys = set(given) if given is not None else set(_dotted(data))
     return replace(cfg, explicit=tuple(sorted(keys)))
 
 

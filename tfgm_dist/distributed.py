@@ -305,12 +305,12 @@ def _finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: floa
 
 
 @ray.remote(max_retries=RESTARTS)
-def _write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: tuple[int, float],
-                run: dict) -> tuple:
-    """Write source part ``q``'s rows as file ``q`` of the staged dataset (``top_k``: rows per
-    source and the least confidence written)."""
+def _write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: int,
+                min_confidence: float, run: dict) -> tuple:
+    """Write source part ``q``'s rows as file ``q`` of the staged dataset."""
     start, usage = time.perf_counter(), Usage(f"write {q}")
-    entry = write.write_matches(stage, match_table(pair, piece, *top_k), run, part=q)
+    entry = write.write_matches(stage, match_table(pair, piece, top_k, min_confidence), run,
+                                part=q)
     usage.add("write", start)
     return entry, usage.report()
 
@@ -458,8 +458,8 @@ class Run:
                             attempt + 1, RESTARTS + 1)
         with self.watch.stage("write"):
             light = ray.put(self._light_pair())
-            written = ray.get([_write_part.remote(stage, q, light, pieces[q],
-                                                 (cfg.top_k, cfg.assign.min_confidence), run)
+            written = ray.get([_write_part.remote(stage, q, light, pieces[q], cfg.top_k,
+                                                 cfg.assign.min_confidence, run)
                                for q in range(P)])
         self.usage += [u for _, u in written]
         return metrics, [entry for entry, _ in written]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from scipy.optimize import isotonic_regression
 
+from . import metrics
 from .pipeline import Result
 
 
@@ -48,10 +49,7 @@ def held_out(result: Result, held: tuple[np.ndarray, np.ndarray]) -> dict[str, A
 def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """``[n]`` whether each row of ``result`` is decoded to its held-out target (rows whose
     source is not held out: False; leave them out of a fit)."""
-    rows = result.rows.numpy()
-    truth = np.full(max(int(rows.max(initial=-1)), int(held[0].max(initial=-1))) + 1, -2)
-    truth[held[0]] = held[1]
-    return truth[rows] == result.matched.numpy()
+    return metrics.gold_targets(result.rows.numpy(), *held) == result.matched.numpy()
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,14 @@ def _gold(gold_src: np.ndarray, gold_tgt: np.ndarray,
     return src, tgt
 
 
+def gold_targets(rows: np.ndarray, gold_src: np.ndarray, gold_tgt: np.ndarray) -> np.ndarray:
+    """``[n]`` the gold target of each source number in ``rows``, ``-2`` where it has none
+    (never equal to a decoded target, not even ``-1``)."""
+    truth = np.full(int(max(rows.max(initial=-1), gold_src.max(initial=-1))) + 1, -2)
+    truth[gold_src] = gold_tgt
+    return truth[rows]
+
+
 def reliability(confidence: torch.Tensor, assigned: torch.Tensor, rows: torch.Tensor,
                 gold_src: np.ndarray, gold_tgt: np.ndarray,
                 levels: Sequence[float] = (0.5, 0.8, 0.9)) -> dict:
@@ -77,9 +85,7 @@ def reliability(confidence: torch.Tensor, assigned: torch.Tensor, rows: torch.Te
 
     ``confidence``, ``assigned``: ``[n]`` per output row, whose source numbers are ``rows``.
     """
-    truth = np.full(int(max(rows.numpy().max(initial=-1), gold_src.max(initial=-1))) + 1, -2)
-    truth[gold_src] = gold_tgt
-    target = torch.from_numpy(truth[rows.numpy()])
+    target = torch.from_numpy(gold_targets(rows.numpy(), gold_src, gold_tgt))
     scored = target >= 0
     out = {}
     for c in levels:
