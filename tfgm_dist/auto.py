@@ -14,7 +14,10 @@ the job reads what it was given and chooses:
    sources among the searchable targets, from one embedding per channel (depths are prefixes
    of the deepest one), so the choice costs one search of the held-out rows per candidate.
 
-3. :func:`align` — the whole automatic run: with seeds, a run that knows only the kept
+3. :func:`prepare` — bootstrapping: mutual best matches become hints, anchors of the next
+   pass that are still output (:attr:`Pair.hints`), for as many rounds as the held-out
+   estimate improves.
+4. :func:`align` — the whole automatic run: with seeds, a run that knows only the kept
    seeds first estimates the accuracy on the held-out ones and fits the confidence
    (:mod:`tfgm_dist.estimate`); the output is then computed with every seed.
 
@@ -87,6 +90,13 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     chosen["refine.enabled"] = exact
     why["refine"] = ("consensus refinement on the candidates" if exact else
                      f"{n} nodes: refinement left out (it runs in one process)")
+    hinted = exact and pair.seeds is None
+    chosen["bootstrap.rounds"] = 1 if hinted else 0
+    why["bootstrap"] = (
+        "one round: the mutual best matches of a first pass become anchors of the output "
+        "pass (yeast at 25 % noise +9 points, DBP15k +1.6)" if hinted else
+        "with seeds: no held-out gain measured on DBP15k or the social pairs, for a pass per "
+        "round" if exact else "no backward search to tell mutual best matches by")
     chosen["assign.method"] = "one-to-one"
     why["assign"] = "one-to-one: each target matched at most once, lifts accuracy everywhere"
     open_keys = {k: v for k, v in chosen.items() if not cfg.is_set(k)}
@@ -116,10 +126,10 @@ def split_seeds(seeds: tuple[np.ndarray, np.ndarray], seed: int,
     return (seeds[0][keep], seeds[1][keep]), (seeds[0][out], seeds[1][out])
 
 
-def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray],
-                    kept: tuple[np.ndarray, np.ndarray]) -> Pair:
-    """The pair as a run that knows only the ``kept`` seeds sees it: the held-out pairs are
-    its gold, their sources join the output rows and their targets the searchable ones.
+def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray]) -> Pair:
+    """``pair`` (which holds the kept seeds or hints) as a run that is scored on ``held``
+    sees it: the held-out pairs are its gold, their sources join the output rows and their
+    targets the searchable ones.
 
     The output rows stay those of the real run: a one-to-one decoding among the held-out
     rows alone would lose what the competition of every row adds (on DBP15k zh_en the
@@ -128,13 +138,13 @@ def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray],
     if candidates is not None:
         candidates = np.union1d(candidates, held[1])
     queries = pair.queries if pair.queries is None else np.union1d(pair.queries, held[0])
-    return replace(pair, seeds=kept, gold=held, queries=queries, candidates=candidates)
+    return replace(pair, gold=held, queries=queries, candidates=candidates)
 
 
 def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tuple[Config, dict]:
     """The anchor channel's weight and depth that rank the held-out seeds best.
 
-    ``pair`` holds the kept seeds only (:func:`estimation_pair`). Every candidate of
+    ``pair`` holds the kept seeds (or hints) only (:func:`estimation_pair`). Every candidate of
     :data:`ANCHOR_WEIGHTS` x :data:`ANCHOR_LAYERS`, and no anchors, is scored by the MRR
     (ties pessimistic) of the held-out sources among the searchable targets; the content
     channel is embedded once and the anchors once, at the deepest depth. Keys the user set
@@ -223,26 +233,98 @@ class Prepared:
         return result
 
 
-def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Config, Prepared]:
-    """The settings of the final pass (:func:`settle`, and with seeds :func:`select`) and,
-    with seeds, a run that knows only the kept seeds, whose ranking of the held-out ones is
-    the estimate and fits the confidence. Runs in this process, on the Ray path too."""
+def mutual_matches(result: Result) -> tuple[np.ndarray, np.ndarray] | None:
+    """The decoded matches of ``result`` that are also their target's best source, as
+    ``(sources, targets)``; ``None`` when no backward search ran (nothing to tell them by).
+
+    All of them, not the wider-margin half: on yeast at 25 % noise the hints of all mutual
+    matches (66-69 % right) lifted one-to-one accuracy by 7-8 points, those of the upper
+    half of margins (79-81 % right) by 6-7; on DBP15k the two were within 0.1."""
+    if result.mutual is None:
+        return None
+    ok = result.mutual.numpy()
+    return result.rows.numpy()[ok], result.matched.numpy()[ok]
+
+
+def _apart_from(hints: tuple[np.ndarray, np.ndarray], seeds: tuple[np.ndarray, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The hints whose source and target are both no seed's."""
+    keep = ~np.isin(hints[0], seeds[0]) & ~np.isin(hints[1], seeds[1])
+    return hints[0][keep], hints[1][keep]
+
+
+def _held_out_better(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    return (new["hits@1"], new["mrr"]) > (old["hits@1"], old["mrr"])
+
+
+def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Prepared]:
+    """The pair and settings of the final pass, and what it will be finished with.
+
+    Settings: :func:`settle`, then with seeds :func:`select`. With seeds, a run that knows
+    only the kept seeds ranks the held-out ones: the estimate, and the fit of the confidence.
+    Bootstrapping (``bootstrap.rounds``): the mutual best matches of a pass become hints,
+    extra anchors of the next pass that are still searched and output. With seeds the rounds
+    run in the held-out run and stop when the held-out Hits@1 (then MRR) stops improving; the
+    final pass takes the last improving round's hints. Without seeds, nothing can tell a
+    second round from the first, so one round runs: a first pass gives the hints, which are
+    then split like seeds to choose the anchors' weight and depth. Runs in this process, on
+    the Ray path too; the returned pair carries the hints."""
     cfg, report = settle(pair, cfg)
+    rounds = cfg.bootstrap.rounds
     split = split_seeds(pair.seeds, cfg.seed) if pair.seeds is not None else None
     if split is None:
-        return cfg, Prepared(report)
+        if not rounds or plan(pair, cfg).sources is None:  # no backward search: no mutual
+            return pair, cfg, Prepared(report)
+        with watch.stage("bootstrap"):
+            hints = mutual_matches(pipeline.align(pair, cfg, Stopwatch()))
+            cfg, report["bootstrap"] = _hinted(pair, cfg, hints)
+        return replace(pair, hints=hints), cfg, Prepared(report)
     kept, held = split
-    trial = estimation_pair(pair, held, kept)
+    trial = estimation_pair(replace(pair, seeds=kept), held)
     with watch.stage("estimate"):
         if cfg.auto:
             cfg, report["selected"] = select(trial, cfg, held)
         guess = pipeline.align(trial, cfg, Stopwatch())
+        found, hints, tried, kept_rounds = estimate.held_out(guess, held), None, [], 0
+        for _ in range(rounds):
+            more = mutual_matches(guess)
+            if more is None or more[0].size == 0:
+                break
+            nxt = pipeline.align(replace(trial, hints=more), cfg, Stopwatch())
+            better = estimate.held_out(nxt, held)
+            tried.append({"hints": int(more[0].size), "held_out_hits@1": better["hits@1"],
+                          "held_out_mrr": better["mrr"]})
+            if not _held_out_better(better, found):
+                break
+            guess, found, hints, kept_rounds = nxt, better, more, kept_rounds + 1
         scored = torch.from_numpy(np.isin(guess.rows.numpy(), held[0]))
         fit = estimate.calibrate(estimate.margins(guess)[scored],
                                  estimate.correct(guess, held)[scored.numpy()],
                                  "held-out seeds")
-    found = {**estimate.held_out(guess, held), "confidence_fitted_on": fit.fitted_on}
-    return cfg, Prepared(report, found, fit)
+    if rounds:
+        report["bootstrap"] = {"rounds": kept_rounds, "tried": tried,
+                               "hints": 0 if hints is None else int(hints[0].size)}
+    if hints is not None:
+        pair = replace(pair, hints=_apart_from(hints, pair.seeds))
+    found = {**found, "confidence_fitted_on": fit.fitted_on}
+    return pair, cfg, Prepared(report, found, fit)
+
+
+def _hinted(pair: Pair, cfg: Config, hints: tuple[np.ndarray, np.ndarray] | None
+            ) -> tuple[Config, dict[str, Any]]:
+    """Without seeds: ``cfg`` for a pass with ``hints``, the anchors on and chosen by
+    :func:`select` on a held-out share of the hints; and the report."""
+    if hints is None or hints[0].size == 0:
+        return cfg, {"hints": 0}
+    report: dict[str, Any] = {"hints": int(hints[0].size), "rounds": 1}
+    if not cfg.is_set("anchors.enabled"):
+        cfg = _apply(cfg, {"anchors.enabled": True})
+    split = split_seeds(hints, cfg.seed)
+    if cfg.auto and split is not None:
+        kept, held = split
+        cfg, report["selected"] = select(estimation_pair(replace(pair, hints=kept), held),
+                                         cfg, held)
+    return cfg, report
 
 
 def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
@@ -250,5 +332,5 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
     estimate of the accuracy and a confidence per match (``metrics["auto"]``,
     ``metrics["estimate"]``, ``result.confidence``); the final pass knows every seed."""
     watch = watch or Stopwatch()
-    cfg, prepared = prepare(pair, cfg, watch)
+    pair, cfg, prepared = prepare(pair, cfg, watch)
     return prepared.finish(pipeline.align(pair, cfg, watch), pair.gold)

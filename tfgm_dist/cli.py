@@ -75,7 +75,7 @@ def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
                     for q in range(parts)]
             extra["resumed_from"] = str(resume)
         elif cfg.ray.partitions and collection is None:
-            cfg, prepared = auto.prepare(pair, cfg, watch)
+            pair, cfg, prepared = auto.prepare(pair, cfg, watch)
             smaller = min(pair.source.num_nodes, pair.target.num_nodes)
             if cfg.ray.partitions > smaller:
                 raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the "

@@ -93,6 +93,16 @@ class AnchorConfig:
 
 
 @dataclass(frozen=True)
+class BootstrapConfig:
+    """Confident matches made extra anchors for a few rounds (:func:`tfgm_dist.auto.prepare`)."""
+
+    rounds: int = 0  # at most; 0: off
+
+    def __post_init__(self) -> None:
+        _at_least("rounds", self.rounds, 0)
+
+
+@dataclass(frozen=True)
 class AssignConfig:
     method: str = "argmax"
     one_to_one: str = "auto"  # auto: Hungarian when the dense matrix is small, else sparse
@@ -172,6 +182,7 @@ class Config:
     features: FeatureConfig = field(default_factory=FeatureConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     anchors: AnchorConfig = field(default_factory=AnchorConfig)
+    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)
     assign: AssignConfig = field(default_factory=AssignConfig)

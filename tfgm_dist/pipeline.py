@@ -82,6 +82,17 @@ class Pair:
     gold: tuple[np.ndarray, np.ndarray] | None = None
     candidates: np.ndarray | None = None  # target numbers to search among
     queries: np.ndarray | None = None  # source numbers to output
+    # pairs the job believes matched (bootstrapping, :func:`tfgm_dist.auto.bootstrap`): they
+    # describe nodes like seeds do, but are still searched and output
+    hints: tuple[np.ndarray, np.ndarray] | None = None
+
+    def anchored(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The seeds and the hints together: the pairs the channels are built from."""
+        if self.hints is None:
+            return self.seeds
+        if self.seeds is None:
+            return self.hints
+        return tuple(np.concatenate([a, b]) for a, b in zip(self.seeds, self.hints))
 
 
 def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Config, *,
@@ -157,7 +168,8 @@ def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
 def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     """The channels both graphs are embedded from.
 
-    Without seeds, the content channel ``X`` alone. With seeds, TFGMws's two swapped runs of
+    Without seeds, the content channel ``X`` alone. With seeds (and hints, which count as
+    seeds here), TFGMws's two swapped runs of
     it (a degree encoding is the same for a seed on both sides, so it stays one channel), ``(X_s, X̂_t)`` and ``(X̂_s, X_t)`` at weight 1/2 each, whose summed scores are the
     paper's ``<O_s, Ô_t> + <Ô_s, O_t>`` (halved), so one search serves both; and, when
     ``cfg.anchors.enabled``, the anchor channel (:func:`features.anchors`) at weight
@@ -166,9 +178,10 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     """
     x_s, x_t = input_features(pair, cfg)
     kind = feature_kind(pair, cfg)
-    if pair.seeds is None:
+    anchored = pair.anchored()
+    if anchored is None:
         return [features.Channel(kind, x_s, x_t, cfg.embed)]
-    seeds_s, seeds_t = (torch.from_numpy(a) for a in pair.seeds)
+    seeds_s, seeds_t = (torch.from_numpy(a) for a in anchored)
     if kind.startswith("degree"):  # a seed's degree is its own on both sides: nothing to swap
         out = [features.Channel(kind, x_s, x_t, cfg.embed)]
     else:
