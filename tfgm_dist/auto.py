@@ -28,7 +28,6 @@ as a report for ``metrics.json``.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -211,18 +210,20 @@ def _describe(choice: tuple[float, int] | None) -> str:
 class Prepared:
     """What the run learnt before its final pass: the report of its choices, and with seeds
     the held-out estimate and the calibration of the confidence (``None`` without seeds:
-    then the final pass calibrates on itself, :func:`estimate.self_calibrated`)."""
+    then the final pass calibrates on itself, :func:`estimate.self_calibrated`); without
+    seeds but bootstrapped, the first pass, whose own calibration covers the hinted rows."""
 
     report: dict[str, Any]
     estimate: dict[str, Any] | None = None
     calibration: estimate.Calibration | None = None
+    first: Result | None = None
 
     def finish(self, result: Result, gold: tuple[np.ndarray, np.ndarray] | None = None
                ) -> Result:
         """``result`` with its confidence, and the estimate and the report in its metrics;
         with ``gold``, also how reliable the confidence was (:func:`metrics.reliability`)."""
         if self.calibration is None:
-            result = estimate.self_calibrated(result)
+            result = estimate.self_calibrated(result, self.first)
         else:
             result.confidence = self.calibration(estimate.margins(result))
             result.metrics["estimate"] = self.estimate
@@ -276,9 +277,10 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
         if not rounds or plan(pair, cfg).sources is None:  # no backward search: no mutual
             return pair, cfg, Prepared(report)
         with watch.stage("bootstrap"):
-            hints = mutual_matches(pipeline.align(pair, cfg, Stopwatch()))
+            first = pipeline.align(pair, cfg, Stopwatch())
+            hints = mutual_matches(first)
             cfg, report["bootstrap"] = _hinted(pair, cfg, hints)
-        return replace(pair, hints=hints), cfg, Prepared(report)
+        return replace(pair, hints=hints), cfg, Prepared(report, first=first)
     kept, held = split
     trial = estimation_pair(replace(pair, seeds=kept), held)
     with watch.stage("estimate"):
