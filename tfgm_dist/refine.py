@@ -29,7 +29,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from .embed import EmbedConfig, RowBlock, embed, layer_params
+from .embed import EmbedConfig, RowBlock, csr_on_purpose, embed, layer_params
 from .search import Candidates, candidates_from_coo
 
 log = logging.getLogger(__name__)
@@ -92,13 +92,16 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
     logits = logits.masked_fill(index < 0, -torch.inf)
     crow, col, perm = _transpose_csr(index, n_t)
     n_k = index.numel()
-    pattern = torch.sparse_csr_tensor(torch.arange(0, n_k + 1, index.size(1)),
-                                      index.clamp(min=0).flatten(), torch.zeros(n_k), (n_s, n_t))
+    with csr_on_purpose():
+        pattern = torch.sparse_csr_tensor(torch.arange(0, n_k + 1, index.size(1)),
+                                          index.clamp(min=0).flatten(), torch.zeros(n_k),
+                                          (n_s, n_t))
     params = layer_params(psi, dim)  # psi_2 is weight-free: built once, not every step
     gen = torch.Generator().manual_seed(seed)
     for step in range(steps):
         s = torch.softmax(logits, dim=1).nan_to_num(0.0)
-        s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
+        with csr_on_purpose():
+            s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
         r_s = torch.randn(n_s, dim, generator=gen)
         o_s = embed(r_s, block_s, psi, params)
         o_t = embed(s_t @ r_s, block_t, psi, params)

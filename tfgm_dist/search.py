@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,9 +27,19 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# Inner products through BLAS for any number of queries: FAISS's default switches to another
-# summation order below 20 queries, and a score must not depend on the batch it came in.
-faiss.cvar.distance_compute_blas_threshold = 1
+
+
+@contextmanager
+def batch_independent() -> Iterator[None]:
+    """Within the block, exact inner products go through BLAS for any number of queries:
+    FAISS's default switches to another summation order below 20 queries, and a score must
+    not depend on the batch it came in. The previous setting is restored on the way out."""
+    before = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = 1
+    try:
+        yield
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = before
 
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")
 IVF_KINDS = ("ivf", "ivfpq")
@@ -147,9 +159,10 @@ def probe_rows(n: int, seed: int = 0, size: int = 1000) -> np.ndarray:
 
 def exact_best(base: np.ndarray, probes: np.ndarray) -> np.ndarray:
     """``[m]`` the exact best inner product of each probe over ``base`` (brute force)."""
-    scores, _ = faiss.knn(np.ascontiguousarray(probes, dtype=np.float32),
-                          np.ascontiguousarray(base, dtype=np.float32), 1,
-                          metric=faiss.METRIC_INNER_PRODUCT)
+    with batch_independent():
+        scores, _ = faiss.knn(np.ascontiguousarray(probes, dtype=np.float32),
+                              np.ascontiguousarray(base, dtype=np.float32), 1,
+                              metric=faiss.METRIC_INNER_PRODUCT)
     return scores[:, 0]
 
 
@@ -164,7 +177,8 @@ def probe(index: faiss.Index, probes: np.ndarray, k: int, nprobe: int) -> tuple[
     """The best score an IVF index finds for each probe with ``nprobe`` lists and search width
     ``k`` (as the real search runs), and the index's number of lists."""
     nlist = set_nprobe(index, nprobe)
-    scores, _ = index.search(np.ascontiguousarray(probes, dtype=np.float32), k)
+    with batch_independent():
+        scores, _ = index.search(np.ascontiguousarray(probes, dtype=np.float32), k)
     return scores[:, 0], nlist
 
 
@@ -255,7 +269,8 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
         width = min(k + 1, index.ntotal)
         while rows.size:
             q = queries[rows]
-            s, i = index.search(q, width)
+            with batch_independent():
+                s, i = index.search(q, width)
             c = Candidates.sorted(torch.from_numpy(pair_scores(index, q, i) if flat else s),
                                   torch.from_numpy(np.where(i >= 0, ids[np.maximum(i, 0)], -1)))
             kept = min(k, width)
