@@ -1,7 +1,7 @@
 """The Ray job entrypoint: ``python -m jobs.align CONFIG``, what ``ray job submit`` runs.
 
 CONFIG is the command line's config file (TOML or YAML) with a ``[job]`` section naming the
-inputs and the output, and a ``[ray]`` section. It runs ``tfgm-dist align --config CONFIG``
+inputs and the output, and a ``[ray]`` section. It runs the job (:func:`tfgm_dist.job.run_job`)
 on the cluster the job was submitted to (``RAY_ADDRESS``), or on ``ray.address``, or on a
 local cluster started in-process. ``ray.partitions = 0`` picks one partition per GPU, else
 one per two CPUs of the cluster.
@@ -12,11 +12,12 @@ one per two CPUs of the cluster.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
-from tfgm_dist import cli
-from tfgm_dist.config import load_config
-from tfgm_dist.graph import InputError
+from tfgm_dist.cli import outcome
+from tfgm_dist.config import load_config, with_overrides
+from tfgm_dist.job import run_job
 
 
 def partitions(configured: int, address: str) -> int:
@@ -36,14 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", help="TOML or YAML job config with [job] and [ray] sections")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress in the job log")
     args = p.parse_args(argv)
-    try:
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+
+    def work() -> dict:
         cfg = load_config(args.config)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    parts = partitions(cfg.ray.partitions, cfg.ray.address)
-    return cli.main([*(["-q"] if args.quiet else []), "align", "--config", args.config,
-                     "--partitions", str(parts)])
+        parts = partitions(cfg.ray.partitions, cfg.ray.address)
+        return run_job(with_overrides(cfg, **{"ray.partitions": parts}))
+    return outcome(work)
 
 
 if __name__ == "__main__":

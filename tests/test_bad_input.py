@@ -1,6 +1,7 @@
 """Every bad input of the reliability checklist, through the real command: one ``error:``
 line naming the file and the line, row or id, exit status 2, nothing under the output."""
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -91,7 +92,52 @@ CASES = {
     "partitions above the node count": (
         lambda d: (d / "g.txt", d / "g.txt", ["--partitions", "9"]),
         ["ray.partitions = 9", "4 nodes"]),
+    "a negative edge weight": (
+        lambda d: (write(d / "neg.txt", "a b 1\nb c -2\nc a 1\n"), d / "g.txt",
+                   ["--config", write(d / "gcn.toml", '[embed]\noperator = "gcn"\n')]),
+        ["neg.txt", "line 2", "negative"]),
+    "a graph whose only edges are self-loops": (
+        lambda d: (write(d / "loops.txt", "a a\nb b\n"), d / "g.txt", []),
+        ["loops.txt", "self-loop"]),
+    "a device as input (endless)": (
+        lambda d: (Path("/dev/zero"), d / "g.txt", []), ["/dev/zero", "not a regular file"]),
+    "a pipe as input": (lambda d: (fifo(d / "pipe"), d / "g.txt", []),
+                        ["pipe", "not a regular file"]),
+    "a corrupt Parquet data page": (lambda d: (corrupt_parquet(d / "bad"), d / "g.txt", []),
+                                    ["edges.parquet", "not a readable Parquet file"]),
+    "a seed beyond 64 bits": (lambda d: (d / "g.txt", d / "g.txt",
+                                         ["--seed", "18446744073709551616"]),
+                              ["seed = 18446744073709551616", "out of range"]),
+    "a YAML seed of 1e23": (lambda d: (d / "g.txt", d / "g.txt",
+                                       ["--config", write(d / "s.yaml", "seed: 1e23\n")]),
+                            ["s.yaml", "seed"]),
+    "search.k of a billion": (
+        lambda d: (d / "g.txt", d / "g.txt",
+                   ["--config", write(d / "k.toml", "[search]\nk = 1000000000\n")]),
+        ["k.toml", "search.k = 1000000000", "out of range"]),
+    "a config nested 5,000 deep": (
+        lambda d: (d / "g.txt", d / "g.txt",
+                   ["--config", write(d / "deep.toml", "a = " + "[" * 5000 + "]" * 5000)]),
+        ["deep.toml", "nested too deeply"]),
 }
+
+
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def corrupt_parquet(folder: Path) -> Path:
+    """A Parquet layout whose edges file keeps a valid footer but a damaged data page."""
+    folder.mkdir()
+    n = 2000
+    pq.write_table(pa.table({"src": [f"n{i}" for i in range(n)],
+                             "dst": [f"n{(i + 1) % n}" for i in range(n)]}),
+                   folder / "edges.parquet", compression="snappy", use_dictionary=False)
+    data = bytearray((folder / "edges.parquet").read_bytes())
+    data[100:4000] = b"\xff" * 3900
+    (folder / "edges.parquet").write_bytes(bytes(data))
+    return folder
 
 
 def write(path: Path, text: str) -> Path:
@@ -125,3 +171,51 @@ def test_duplicate_and_self_loop_edges_are_accepted_counted_and_reported(tmp_pat
     stats = json.loads((out / "metrics.json").read_text())["input_stats"]["source"]
     assert stats == {"input_edges": 8, "self_loops": 1, "duplicate_edges": 1}
     assert pq.read_table(out / "matches").num_rows == 4
+
+
+def test_an_unreachable_ray_address_fails_naming_it(tmp_path, capsys, monkeypatch):
+    from tfgm_dist import distributed
+    monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 2.0)  # 60 s in production
+    monkeypatch.setattr(distributed.ray, "is_initialized", lambda: False)  # a shared cluster
+    g = write(tmp_path / "g.txt", EDGES)
+    code = cli.main(["-q", "align", str(g), str(g), "--out", str(tmp_path / "out"),
+                     "--partitions", "2", "--ray-address", "127.0.0.1:1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "127.0.0.1:1" in err[0] and "nothing answered" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_second_writer_to_the_same_output_fails_cleanly(tmp_path, capsys):
+    from tfgm_dist.write import location, locked
+    g = write(tmp_path / "g.txt", EDGES)
+    out = tmp_path / "out"
+    with locked(location(out)):  # another run holds the output
+        code = cli.main(["-q", "align", str(g), str(g), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "another run is writing" in err[0]
+    assert not out.exists()
+    assert cli.main(["-q", "align", str(g), str(g), "--out", str(out)]) == 0  # lock released
+    assert not (tmp_path / ".out.lock").exists()
+    capsys.readouterr()
+    assert cli.main(["-q", "align", str(g), str(g), "--out", str(out)]) == 2
+    assert "holds a previous run" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    from tfgm_dist import job
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(job.auto, "align", interrupted)
+    g = write(tmp_path / "g.txt", EDGES)
+    code = cli.main(["-q", "align", str(g), str(g), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and len(err) == 1 and err[0].startswith("error: interrupted")
+    assert list(tmp_path.iterdir()) == [g]  # no output, no staging, no lock left
+
+
+def test_the_output_at_the_filesystem_root_is_refused_without_walking_it(tmp_path, capsys):
+    g = write(tmp_path / "g.txt", EDGES)
+    assert cli.main(["-q", "align", str(g), str(g), "--out", "/"]) == 2
+    assert "not empty and holds no tfgm-dist result" in capsys.readouterr().err

@@ -12,8 +12,8 @@ import ray
 
 from tfgm_dist import cli
 from tfgm_dist.config import Config, with_overrides
-from tfgm_dist.distributed import connect
 from tfgm_dist.graph import InputError
+from tfgm_dist.job import OnRay, run_job
 from tfgm_dist.synth import write_pair
 
 
@@ -42,7 +42,9 @@ def align(pair, out: Path, *extra: str, failpoint: str | None = None):
                           env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("extra", [[], ["--partitions", "2"]], ids=["one process", "ray"])
+@pytest.mark.parametrize("extra", [
+    pytest.param([], id="one process"),
+    pytest.param(["--partitions", "2"], id="ray", marks=pytest.mark.slow)])
 def test_driver_killed_in_the_write_stage_leaves_no_result_and_the_rerun_resumes(
         pair, tmp_path, extra):
     assert align(pair, tmp_path / "calm", *extra).returncode == 0
@@ -52,7 +54,8 @@ def test_driver_killed_in_the_write_stage_leaves_no_result_and_the_rerun_resumes
     killed = align(pair, out, *extra, failpoint="write")
     assert killed.returncode == -9, killed.stderr
     assert not out.exists()  # a reader sees no dataset at all, not a partial one
-    assert hidden(lake) == [".run.resume", ".run.staging"]
+    # the killed run's lock file stays (its lock died with it), as do its staging and checkpoint
+    assert hidden(lake) == [".run.lock", ".run.resume", ".run.staging"]
 
     rerun = align(pair, out, *extra)
     assert rerun.returncode == 0, rerun.stderr
@@ -64,17 +67,21 @@ def test_driver_killed_in_the_write_stage_leaves_no_result_and_the_rerun_resumes
     assert hidden(lake) == []  # the killed run's staging is swept, the checkpoint discarded
 
 
-def test_output_outside_the_declared_root_is_refused(pair, tmp_path):
+def test_output_outside_the_declared_root_is_refused(pair, tmp_path, capsys):
     (tmp_path / "root").mkdir()
     config = tmp_path / "c.toml"
     config.write_text('[job]\noutput_root = "root"\n')
+
+    def align_here(out: Path) -> int:
+        return cli.main(["-q", "align", str(pair["source"]), str(pair["target"]), "--out",
+                         str(out), "--config", str(config)])
     for out in (tmp_path / "elsewhere", tmp_path / "root" / ".." / "escape", tmp_path / "root"):
-        r = align(pair, out, "--config", str(config))
-        assert r.returncode == 2
-        assert r.stderr.strip() == (f"error: {os.path.abspath(out)}: output path is outside "
-                                    f"the output root {tmp_path / 'root'} (job.output_root)")
+        assert align_here(out) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"error: {os.path.abspath(out)}: output path is outside the output root "
+            f"{tmp_path / 'root'} (job.output_root)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml", "root"]
-    assert align(pair, tmp_path / "root" / "run", "--config", str(config)).returncode == 0
+    assert align_here(tmp_path / "root" / "run") == 0
 
 
 def test_a_dense_hungarian_too_big_for_memory_is_refused_naming_the_sparse_solver(
@@ -88,17 +95,13 @@ def test_a_dense_hungarian_too_big_for_memory_is_refused_naming_the_sparse_solve
                                       "job.out": str(tmp_path / "out")})
     with pytest.raises(InputError, match=r"needs a dense 1500 x 1500 matrix \(0\.0 GiB, limit "
                                         r"0\.0 GiB.*use assign\.one_to_one = 'sparse'"):
-        cli.run(cfg)
+        run_job(cfg)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    connect()
-    yield
-    ray.shutdown()
 
 
+@pytest.mark.slow
 def test_a_search_actor_killed_mid_shard_is_restarted_and_the_output_is_identical(
         cluster, pair, tmp_path):
     cfg = with_overrides(Config(), **{"top_k": 3, "search.k": 10, "ray.partitions": 2,
@@ -106,7 +109,7 @@ def test_a_search_actor_killed_mid_shard_is_restarted_and_the_output_is_identica
                                       "job.source": str(pair["source"]),
                                       "job.target": str(pair["target"]),
                                       "job.gold": str(pair["gold"])})
-    cli.run(with_overrides(cfg, **{"job.out": str(tmp_path / "calm")}))
+    run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "calm")}))
     killed = []
 
     def kill_in_backward_search(event: str, info: dict) -> None:
@@ -114,7 +117,7 @@ def test_a_search_actor_killed_mid_shard_is_restarted_and_the_output_is_identica
             ray.kill(info["workers"][0], no_restart=False)
             killed.append(info["part"])
 
-    cli.run(with_overrides(cfg, **{"job.out": str(tmp_path / "killed")}),
-            progress=kill_in_backward_search)
+    run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "killed")}),
+            OnRay(kill_in_backward_search))
     assert killed
     assert table(tmp_path / "killed").equals(table(tmp_path / "calm"))

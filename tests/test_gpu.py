@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist import cli
 from tfgm_dist.config import load_config, with_overrides
-from tfgm_dist.distributed import RESTART_HEADROOM, connect, placement
+from tfgm_dist.distributed import RESTART_HEADROOM, placement
 from tfgm_dist.embed import LayerParams, graph_operator, layer, whole
+from tfgm_dist.job import run_job
 from tfgm_dist.search import gpu_available, top_k
 from tfgm_dist.synth import write_pair
 
@@ -65,14 +65,13 @@ def test_a_gpu_index_finds_what_the_cpu_index_finds(kind):
 
 @NEEDS_CUDA
 @NEEDS_FAISS_GPU
-def test_a_ray_run_on_the_gpu_equals_one_process_on_the_cpu(tmp_path):
+def test_a_ray_run_on_the_gpu_equals_one_process_on_the_cpu(cluster, tmp_path):
     data = write_pair(tmp_path / "data", 3000, seed=2)
     cfg = with_overrides(load_config(None), **{"search.k": 10, "job.source": str(data["source"]),
                                                "job.target": str(data["target"]),
                                                "job.gold": str(data["gold"])})
-    single = cli.run(with_overrides(cfg, **{"job.out": str(tmp_path / "single")}))
-    connect()
-    on_gpu = cli.run(with_overrides(cfg, **{"job.out": str(tmp_path / "gpu"),
+    single = run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "single")}))
+    on_gpu = run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "gpu"),
                                             "ray.partitions": 1}))
     assert on_gpu["ray"]["device"] == "cuda"
     assert on_gpu["accuracy"] == pytest.approx(single["accuracy"], abs=0.1)

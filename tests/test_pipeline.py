@@ -262,3 +262,12 @@ def test_dbp15k_zh_en_semi_supervised_with_name_features(tmp_path):
     assert table.num_rows == 10500
     assert set(table.column("source_id").to_pylist()) == set(s_ids[4500:])
     assert set(table.column("target_id").to_pylist()) <= set(t_ids[4500:])
+
+
+def test_one_to_one_picks_the_dense_hungarian_by_matrix_size_not_by_the_longer_side():
+    from tfgm_dist.config import AssignConfig
+    from tfgm_dist.pipeline import dense_assignment
+    ac = AssignConfig(method="one-to-one")
+    assert dense_assignment(ac, 10_000, 10)  # 100,000 cells: the auction took minutes here
+    assert dense_assignment(ac, 2_000, 2_000)
+    assert not dense_assignment(ac, 6_000, 6_000)

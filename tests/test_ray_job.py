@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+import pytest
 
-from tfgm_dist import cli
 from tfgm_dist.config import load_config, with_overrides
+from tfgm_dist.job import run_job
 from tfgm_dist.synth import write_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
     data = write_pair(tmp_path / "data", 2000, seed=1)
     config = tmp_path / "job.toml"
@@ -39,6 +41,8 @@ def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
         layers = 2
         [search]
         k = 10
+        [bootstrap]
+        rounds = 0
         [ray]
         partitions = 2
     """.replace("\n        ", "\n"))
@@ -75,6 +79,7 @@ def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
     assert subprocess.run(["pgrep", "-f", f"ray-tfgm-test-{port}"]).returncode == 1
 
 
+@pytest.mark.slow
 def test_a_worker_node_lost_mid_job_leaves_the_output_identical(tmp_path):
     """Head and a second node joined on loopback; the job's actors are spread over both; the
     second node dies at once during the search; Ray restarts its actor on the head and
@@ -89,15 +94,20 @@ def test_a_worker_node_lost_mid_job_leaves_the_output_identical(tmp_path):
         out = "out"
         [search]
         k = 10
+        [bootstrap]
+        rounds = 0
         [ray]
         partitions = 2
     """.replace("\n        ", "\n"))
-    reference = cli.run(with_overrides(load_config(config), **{"ray.partitions": 0,
+    reference = run_job(with_overrides(load_config(config), **{"ray.partitions": 0,
                                                                "job.out": str(tmp_path / "ref")}))
     port, dash = free_port(), free_port()
     env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dash),
            "RAY_NUM_CPUS": "2", "RAY_TEMP_DIR": f"/tmp/ray-tfgm-test-{port}",
            "RAY_AUTH_MODE": "token",  # as cluster/local.sh runs every ray command
+           # the head declares the lost node dead after ~2 s, not Ray's default ~15-50 s
+           "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "1000",
+           "RAY_health_check_failure_threshold": "3",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     address = f"http://127.0.0.1:{dash}"

@@ -286,6 +286,7 @@ def test_cli_align_supervised_writes_matches(labelled_task, tmp_path):
     assert manifest["config"]["supervised"]["k"] == 2 and "collection" in manifest["inputs"]
 
 
+@pytest.mark.slow
 def test_align_supervised_killed_in_the_write_stage_resumes_like_align(labelled_task, tmp_path):
     t = labelled_task
     args = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align-supervised", str(t["collection"]),
@@ -319,29 +320,24 @@ def test_cli_bad_label_file_exits_2_and_writes_nothing(labelled_task, tmp_path, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
-def test_the_knn_sharded_over_ray_actors_gives_the_same_matches(labelled_task, tmp_path):
+def test_the_knn_sharded_over_ray_actors_gives_the_same_matches(cluster, labelled_task,
+                                                                 tmp_path):
     """``--partitions 3``: the labelled nodes in three FAISS shards on a real local Ray
     cluster; the merged top-k equals one index's, so the rows are the same."""
-    import ray
-
-    from tfgm_dist.distributed import ShardedIndex, connect
+    from tfgm_dist.distributed import ShardedIndex
     t = labelled_task
     config = tmp_path / "cfg.toml"
     config.write_text('[features]\nkind = "degree-onehot"\n[supervised]\nk = 2\n')
-    connect()
-    try:
-        x = np.random.default_rng(1).standard_normal((500, 16)).astype(np.float32)
-        sharded = ShardedIndex(x, 3, {"kind": "flat"})
-        got = sharded(x[:40], 7)
-        sharded.close()
-        want = search(build_index(x), x[:40], 7)
-        assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
-        for name, extra in (("one", []), ("ray", ["--partitions", "3"])):
-            assert cli.main(["-q", "align-supervised", str(t["collection"]), str(t["source"]),
-                             str(t["target"]), "--out", str(tmp_path / name), "--gold",
-                             str(t["gold"]), "--config", str(config), *extra]) == 0
-    finally:
-        ray.shutdown()
+    x = np.random.default_rng(1).standard_normal((500, 16)).astype(np.float32)
+    sharded = ShardedIndex(x, 3, {"kind": "flat"})
+    got = sharded(x[:40], 7)
+    sharded.close()
+    want = search(build_index(x), x[:40], 7)
+    assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
+    for name, extra in (("one", []), ("ray", ["--partitions", "3"])):
+        assert cli.main(["-q", "align-supervised", str(t["collection"]), str(t["source"]),
+                         str(t["target"]), "--out", str(tmp_path / name), "--gold",
+                         str(t["gold"]), "--config", str(config), *extra]) == 0
     one, on_ray = (pq.read_table(tmp_path / name / "matches").replace_schema_metadata(None)
                    for name in ("one", "ray"))
     assert one.num_rows == 60 and one.equals(on_ray)

@@ -1,5 +1,6 @@
 """Stage 6b, write: output-folder checks, atomic Parquet + metrics + manifest, fingerprints."""
 import hashlib
+import os
 import json
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ def matches(n: int = 5, offset: int = 0) -> pa.Table:
 def run(out, table: pa.Table, metrics=None, **write_kwargs) -> dict:
     """One complete write: staging, matches, commit with a manifest listing the part."""
     out = location(out)
-    with staging(out) as stage:
+    with staging(out, overwrite=True) as stage:
         part = write_matches(stage, table, RUN, **write_kwargs)
         commit(stage, out, metrics or {"hits@1": 50.0}, {"files": [part], "config": CONFIG})
     return part
@@ -117,7 +118,7 @@ def test_empty_result_still_writes_schema_and_zero_rows(tmp_path):
 def test_exception_before_commit_leaves_no_output_and_no_staging(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="boom"):
-        with staging(location(out)) as stage:
+        with staging(location(out), overwrite=True) as stage:
             write_matches(stage, matches(), RUN)
             assert stage.parent.path == str(tmp_path) and stage.name.startswith(".out.staging")
             raise RuntimeError("boom")
@@ -130,7 +131,7 @@ def test_exception_before_commit_keeps_the_previous_run_intact(tmp_path):
     run(out, matches(3))
     before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(RuntimeError):
-        with staging(location(out)) as stage:
+        with staging(location(out), overwrite=True) as stage:
             write_matches(stage, matches(9, offset=100), RUN)
             raise RuntimeError("failed mid-run")
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
@@ -219,3 +220,40 @@ def test_fingerprint_of_a_folder_sees_file_boundaries_and_names(tmp_path, change
     else:
         (d / "b").rename(d / "c")
     assert fingerprint(d)["sha256"] != fp["sha256"]
+
+
+def test_any_run_sweeps_the_staging_that_dead_runs_left_beside_it(tmp_path):
+    import socket
+    dead = tmp_path / f".other.staging-{socket.gethostname()}-999999999-abcd1234"
+    live = tmp_path / f".other.staging-{socket.gethostname()}-{os.getpid()}-abcd1234"
+    for d in (dead, live):
+        (d / "matches").mkdir(parents=True)
+    run(tmp_path / "out", matches())
+    assert not dead.exists()  # a killed run's, though it wrote another output
+    assert live.exists()  # a running process's: kept
+
+
+def test_an_output_inside_an_input_folder_leaves_the_input_fingerprint_alone(tmp_path):
+    d = tmp_path / "graph"
+    d.mkdir()
+    (d / "edges.parquet").write_bytes(b"edges")
+    out = location(d / "out")
+    before = fingerprint(d, out)
+    run(d / "out", matches())
+    (d / ".out.staging-host-1-abc").mkdir()
+    (d / ".out.staging-host-1-abc" / "x").write_bytes(b"x")
+    assert fingerprint(d, out) == before
+    assert fingerprint(d) != before  # without naming the output, it counts
+
+
+def test_a_job_removes_the_input_folders_of_killed_runs(tmp_path, monkeypatch):
+    import socket
+    import tempfile
+
+    from tfgm_dist.job import _inputs_folder
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"tfgm-inputs-{socket.gethostname()}-999999999-x1"
+    dead.mkdir()
+    with _inputs_folder() as mine:
+        assert not dead.exists() and os.path.isdir(mine)
+        assert f"-{os.getpid()}-" in os.path.basename(mine)

@@ -11,103 +11,13 @@ import json
 import logging
 import sys
 import tempfile
-import time
 from typing import Callable
 
-from . import auto, checkpoint, write
 from .config import ASSIGN_METHODS, Config, load_config, with_overrides
 from .graph import InputError
-from .load import fetch
-from .pipeline import Stopwatch, load_pair, match_table, peak_rss_bytes
+from .job import run_job
 
 log = logging.getLogger("tfgm_dist")
-
-
-def run(cfg: Config, progress: Callable[[str, dict], None] | None = None,
-        collection: str | None = None) -> dict:
-    """The whole job ``cfg.job`` describes: load, align, write ``out`` atomically.
-
-    With ``cfg.ray.partitions`` > 0 the stages after load run on Ray (see
-    :mod:`tfgm_dist.distributed`); ``progress`` then hears of each embedding layer. With a
-    ``collection`` of labelled graphs the pair is matched through it (``align-supervised``,
-    :mod:`tfgm_dist.supervised`; its label search is what runs on Ray). A job killed after
-    its assign stage resumes from its checkpoint. Returns the metrics written.
-    """
-    job = cfg.job
-    paths = {name: getattr(job, name) or None
-             for name in ("source", "target", "seeds", "gold", "candidates", "queries")}
-    for name in ("source", "target", "out"):
-        if not getattr(job, name):
-            raise InputError(f"no {name} given (argument or job.{name} in the config)")
-    if collection is not None:
-        if job.seeds:
-            raise InputError(f"{job.seeds}: align-supervised takes no seed pairs")
-        paths["collection"] = collection
-    out = write.check_output(job.out, job.overwrite, job.output_root)
-    watch, start = Stopwatch(), time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tfgm-inputs-") as tmp, watch.stage("load"):
-        local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
-        if collection is not None:
-            from .supervised import load_collection
-            coll = load_collection(local["collection"], cfg.seed)
-        pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
-                         seeds=local["seeds"], gold=local["gold"],
-                         candidates=local["candidates"], queries=local["queries"])
-        inputs = {name: {**write.fingerprint(local[name]), "path": path}
-                  for name, path in paths.items() if path}
-    log.info("source %s: %d nodes, %d edges; target %s: %d nodes, %d edges",
-             pair.source.source, pair.source.num_nodes, pair.source.num_edges,
-             pair.target.source, pair.target.num_nodes, pair.target.num_edges)
-    about = {"config": cfg.to_dict(), "versions": write.versions(), "inputs": inputs}
-    resume = checkpoint.location(out, checkpoint.run_key(about))
-    done = checkpoint.load(resume)
-    extra = {} if collection is None else {"collection": {
-        "graphs": coll.num_graphs, "nodes": coll.graph.num_nodes, "labels": coll.num_labels}}
-    with write.staging(out) as stage:
-        if done is not None:
-            log.info("resuming from %s: an earlier run of this job got past the assign stage",
-                     resume)
-            quality, parts = done
-            with watch.stage("resume"), watch.stage("write"):
-                files = [write.write_matches(stage, match_table(
-                    pair, checkpoint.load_piece(resume, q), cfg.top_k,
-                    cfg.assign.min_confidence), about, part=q)
-                    for q in range(parts)]
-            extra["resumed_from"] = str(resume)
-        elif cfg.ray.partitions and collection is None:
-            pair, cfg, prepared = auto.prepare(pair, cfg, watch)
-            smaller = min(pair.source.num_nodes, pair.target.num_nodes)
-            if cfg.ray.partitions > smaller:
-                raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the "
-                                 f"{smaller} nodes of the smaller graph")
-            from . import distributed
-            distributed.connect(cfg.ray.address)
-            on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, progress, prepared)
-            quality, files = on_ray.align_and_write(stage, about, resume)
-            extra["ray"] = on_ray.report()
-        else:
-            if collection is None:
-                result = auto.align(pair, cfg, watch)
-            else:
-                from .supervised import align_supervised
-                result = align_supervised(pair, coll, cfg, watch)
-            with watch.stage("checkpoint"):
-                checkpoint.save_piece(resume, 0, result)
-                checkpoint.save_done(resume, result.metrics, 1)
-            with watch.stage("write"):
-                files = [write.write_matches(stage, match_table(pair, result, cfg.top_k,
-                                                                cfg.assign.min_confidence), about)]
-            quality = result.metrics
-        metrics = {**quality,
-                   "seconds": {**watch.seconds, "total": time.perf_counter() - start},
-                   "peak_rss_bytes": peak_rss_bytes(),
-                   "rows": sum(f["rows"] for f in files),
-                   "nodes": {"source": pair.source.num_nodes, "target": pair.target.num_nodes},
-                   "input_stats": {"source": pair.source.stats, "target": pair.target.stats},
-                   **extra}
-        write.commit(stage, out, metrics, {"files": files, **about})
-    checkpoint.discard(resume)
-    return metrics
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -193,36 +103,54 @@ def _demo(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="tfgm-demo-") as tmp:
         log.info("demo: writing a synthetic pair of %d nodes to %s", args.nodes, tmp)
         paths = write_pair(tmp, args.nodes, seed=cfg.seed)
-        metrics = run(with_overrides(cfg, **{"job.source": str(paths["source"]),
-                                             "job.target": str(paths["target"]),
-                                             "job.gold": str(paths["gold"]), "job.out": out}))
-    print(f"results in {out}/")
+        metrics = run_job(with_overrides(cfg, **{"job.source": str(paths["source"]),
+                                                 "job.target": str(paths["target"]),
+                                                 "job.gold": str(paths["gold"]),
+                                                 "job.out": out}))
+    log.info("results in %s/", out)
     return metrics
+
+
+def _synth(args: argparse.Namespace) -> dict:
+    from .synth import write_pair
+    paths = write_pair(args.out, args.nodes, seed=args.seed, mean_degree=args.mean_degree,
+                       edge_noise=args.edge_noise, feature_dim=args.feature_dim,
+                       feature_noise=args.feature_noise)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def outcome(work: Callable[[], dict]) -> int:
+    """Run ``work`` and print what it returns as one JSON document (exit 0), or one
+    ``error:`` line on stderr and no traceback: exit 2 for bad input, 1 for what the
+    machine refused (a read-only or full disk, memory), 130 for Ctrl-C."""
+    try:
+        done = work()
+    except InputError as e:
+        return _failed(str(e), 2)
+    except KeyboardInterrupt:
+        return _failed("interrupted (Ctrl-C); nothing was written", 130)
+    except OSError as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        return _failed(f"{where}{e.strerror or e}", 1)
+    except MemoryError:
+        return _failed("out of memory", 1)
+    print(json.dumps(done, indent=2))
+    return 0
+
+
+def _failed(message: str, status: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    try:
-        if args.command == "synth":
-            from .synth import write_pair
-            paths = write_pair(args.out, args.nodes, seed=args.seed, mean_degree=args.mean_degree,
-                               edge_noise=args.edge_noise, feature_dim=args.feature_dim,
-                               feature_noise=args.feature_noise)
-            print(json.dumps({k: str(v) for k, v in paths.items()}))
-            return 0
-        if args.command == "demo":
-            metrics = _demo(args)
-        elif args.command == "align-supervised":
-            metrics = run(_config(args), collection=args.collection)
-        else:
-            metrics = run(_config(args))
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(metrics, indent=2))
-    return 0
+    commands = {"synth": lambda: _synth(args), "demo": lambda: _demo(args),
+                "align-supervised": lambda: run_job(_config(args), collection=args.collection),
+                "align": lambda: run_job(_config(args))}
+    return outcome(commands[args.command])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from .search import INDEX_KINDS
 FEATURE_KINDS = ("auto", "given", "names", "degree-onehot", "degree-sinusoidal")
 ASSIGN_METHODS = ("argmax", "mutual", "one-to-one")
 ONE_TO_ONE_SOLVERS = ("auto", "hungarian", "sparse", "sinkhorn")
+MAX_K = 4096  # candidates per row; GPU FAISS's own limit is 2048
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class SearchConfig:
     def __post_init__(self) -> None:
         _choice("index", self.index, INDEX_KINDS)
         _at_least("k", self.k, 1)
+        if self.k > MAX_K:
+            raise ValueError(f"k = {self.k} is out of range (must be <= {MAX_K}: every searched "
+                             "row keeps k candidates)")
         _at_least("nlist", self.nlist, 0)
         _at_least("nprobe", self.nprobe, 1)
         if not 0 <= self.recall <= 1:
@@ -106,7 +110,7 @@ class BootstrapConfig:
 class AssignConfig:
     method: str = "argmax"
     one_to_one: str = "auto"  # auto: Hungarian when the dense matrix is small, else sparse
-    dense_max_nodes: int = 5000  # largest side for which the dense Hungarian is used
+    dense_max_nodes: int = 5000  # dense Hungarian up to dense_max_nodes ** 2 cells
     min_confidence: float = 0.0  # sources whose match is less confident are not written
 
     def __post_init__(self) -> None:
@@ -191,6 +195,8 @@ class Config:
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
 
     def __post_init__(self) -> None:
+        if not 0 <= self.seed < 2**63:  # torch and numpy take 64-bit seeds
+            raise ValueError(f"seed = {self.seed} is out of range (must be in [0, 2^63))")
         _at_least("top_k", self.top_k, 1)
         if self.top_k > self.search.k:
             raise ValueError(f"top_k = {self.top_k} exceeds search.k = {self.search.k}")
@@ -284,6 +290,8 @@ def load_config(path: str | Path | None) -> Config:
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
         raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: "
                          f"{str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a config") from None
     if isinstance(data, dict) and "explicit" in data:
         raise InputError(f"{path}: unknown key explicit (it lists what the file sets)")
     cfg = from_dict(data, str(path))

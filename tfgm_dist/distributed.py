@@ -54,23 +54,30 @@ from .search import (IVF_KINDS, Candidates, build_index, exact_best, probe, prob
 
 log = logging.getLogger("tfgm_dist")
 
-# Arrays from the object store are read-only; no stage writes into its inputs.
-warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-
 RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or task
 RESTART_HEADROOM = 0.5  # share of an actor's threads reserved as Ray CPUs
 Progress = Callable[[str, dict], None]
 
 
-def connect(address: str = "") -> None:
-    """Join the Ray cluster at ``address`` (or ``RAY_ADDRESS``); else start one in-process.
+CONNECT_TIMEOUT_S = 60.0  # an address that does not answer within this is an error
 
-    An in-process cluster binds to loopback and runs no dashboard.
+
+def connect(address: str = "") -> None:
+    """Join the Ray cluster at ``address`` (or ``RAY_ADDRESS``); else start a fresh one
+    in-process.
+
+    A fresh one, always: ``address="local"`` ignores the address file a dead head may have
+    left in Ray's temp folder (joining it hangs forever). A given address must answer within
+    :data:`CONNECT_TIMEOUT_S` (Ray itself retries forever), or this raises an
+    :class:`InputError` naming it. An in-process cluster binds to loopback and runs no
+    dashboard.
     """
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS", "")
-    if address:
+    if address and address != "local":
+        if address != "auto":
+            _answers(address)
         log.info("ray: joining the cluster at %s", address)
         ray.init(address=address, log_to_driver=True)
     else:
@@ -79,7 +86,28 @@ def connect(address: str = "") -> None:
         # address; its single-machine mode (the Windows/macOS default) keeps them on loopback.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = False
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=True)
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                 log_to_driver=True)
+
+
+def _answers(address: str) -> None:
+    """Raise :class:`InputError` unless a TCP connection to ``address`` (``host:port``, with
+    or without a ``ray://`` or ``http://`` scheme) opens within :data:`CONNECT_TIMEOUT_S`."""
+    where = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"ray address {address!r}: expected HOST:PORT")
+    timeout_s = CONNECT_TIMEOUT_S
+    deadline, error = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+            return
+        except OSError as e:
+            error = e
+            time.sleep(1.0)
+    raise InputError(f"ray address {address}: nothing answered at {host}:{port} within "
+                     f"{timeout_s:g} s ({error})")
 
 
 @dataclass
@@ -99,6 +127,9 @@ class Usage:
 
 
 def _threads(num_cpus: float) -> int:
+    """Set up this Ray worker process for a task or actor of ``num_cpus`` cores."""
+    # Arrays from the object store are read-only; no stage writes into its inputs.
+    warnings.filterwarnings("ignore", "The given NumPy array is not writable")
     n = max(1, int(num_cpus))
     torch.set_num_threads(n)
     import faiss

@@ -9,7 +9,9 @@ row (Parquet) or id at fault.
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +56,22 @@ def fetch(uri: str, folder: str | Path) -> Path:
     """A local path for an input given as a path or a pyarrow filesystem URI.
 
     Remote files and folders (``s3://``, ``gs://``, ``hdfs://`` ...) are copied into
-    ``folder`` first, so that every loader reads local files and names them in errors.
+    ``folder`` first, so that every loader reads local files and names them in errors. A
+    local input must be a regular file or a folder: a pipe or a device (``/dev/zero``) is
+    refused, as it can be endless and cannot be read again for the fingerprint.
     """
     if "://" not in uri or uri.startswith("file://"):
-        return Path(uri.removeprefix("file://"))
+        local = Path(uri.removeprefix("file://"))
+        try:
+            mode = local.stat().st_mode
+        except FileNotFoundError:
+            raise InputError(f"{local}: no such file or folder") from None
+        except OSError as e:
+            raise InputError(f"{local}: cannot read ({e.strerror})") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(f"{local}: not a regular file or folder (a pipe or device "
+                             "cannot be read)")
+        return local
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
         info = fs.get_file_info(path)
@@ -220,7 +234,7 @@ def _load_parquet_dir(path: Path) -> Graph:
     columns = _parquet_edge_columns(edges, edges_path)
     node_ids = None if nodes is None else nodes.column("id").combine_chunks()
     src_parts, dst_parts, weight_parts, offset = [], [], [], 0
-    for batch in edges.iter_batches(columns=columns):
+    for batch in _batches(edges, edges_path, columns):
         rows = _Rows(edges_path, [_no_nulls(batch.column(c), edges_path, c, offset)
                                   for c in columns], offset=offset)
         src_parts.append(_id_column(rows, 0, "src"))
@@ -267,10 +281,12 @@ def _parquet_labels(path: Path) -> list[str]:
     if not path.is_file():
         raise InputError(f"{path}: no such file; a collection graph in the Parquet layout "
                          "lists its nodes with a label column")
-    names = pq.read_schema(path).names
+    file = _parquet_file(path)
+    names = file.schema_arrow.names
     if "label" not in names:
         raise InputError(f"{path}: missing column label; has {', '.join(names)}")
-    column = pq.read_table(path, columns=["label"]).column("label").combine_chunks()
+    with _reading(path):
+        column = file.read(columns=["label"]).column("label").combine_chunks()
     values = _no_nulls(column, path, "label", 0)
     values = values.cast(pa.string())
     _check_unique(_Rows(path, [values]), values, "labels", "uses label")
@@ -366,7 +382,9 @@ def _read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None
         raise InputError(f"{path}: no data lines (the file is empty or only comments)")
     k = _column_count(path, pc.list_value_length(fields).to_numpy(), line_numbers, ncols)
     values = pc.list_flatten(fields).cast(pa.string())
-    values = values if delim is None else pc.utf8_trim_whitespace(values)
+    if delim is not None:  # CSV quoting: "a b" is the field a b
+        values = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r'^"(.*)"$',
+                                            r"\1")
     rows = _Rows(path, [values.take(np.arange(j, len(values), k)) for j in range(k)],
                  line_numbers)
     for j, column in enumerate(rows.columns):
@@ -377,7 +395,7 @@ def _read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None
 
 
 def _is_header(first: list[str], weight_header: bool) -> bool:
-    return first[0].strip().lower() in HEADER_NAMES or (
+    return first[0].strip().strip('"').lower() in HEADER_NAMES or (
         weight_header and len(first) == 3
         and _first_unparsable(pa.array([first[2].strip()]), pa.float64()) is not None)
 
@@ -415,7 +433,8 @@ def _read_columns(path: Path, ncols: int) -> _Rows:
     names = file.schema_arrow.names
     if len(names) < ncols:
         raise InputError(f"{path}: expected at least {ncols} columns, got {len(names)}")
-    table = file.read(columns=names[:ncols])
+    with _reading(path):
+        table = file.read(columns=names[:ncols])
     if table.num_rows == 0:
         raise InputError(f"{path}: no rows")
     return _Rows(path, [_no_nulls(table.column(c).combine_chunks(), path, c, 0)
@@ -425,10 +444,29 @@ def _read_columns(path: Path, ncols: int) -> _Rows:
 def _parquet_file(path: Path) -> pq.ParquetFile:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    try:
+    with _reading(path):
         return pq.ParquetFile(path)
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Arrow's errors on a damaged Parquet file (a corrupt page, a truncated footer) as one
+    :class:`InputError` naming the file."""
+    try:
+        yield
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: not a readable Parquet file ({_one_line(e)})") from None
+
+
+def _batches(file: pq.ParquetFile, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """``file``'s record batches, one row group's worth at a time, read under :func:`_reading`."""
+    batches = file.iter_batches(columns=columns)
+    while True:
+        with _reading(path):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def _parquet_edge_columns(edges: pq.ParquetFile, path: Path) -> list[str]:
@@ -442,7 +480,8 @@ def _parquet_edge_columns(edges: pq.ParquetFile, path: Path) -> list[str]:
 
 def _read_nodes(path: Path) -> pa.Table:
     """``nodes.parquet`` with a distinct, non-null ``id`` column normalised to int64/string."""
-    table = _parquet_file(path).read()
+    with _reading(path):
+        table = _parquet_file(path).read()
     if "id" not in table.column_names:
         raise InputError(f"{path}: missing column id; has {', '.join(table.column_names)}")
     rows = _Rows(path, [_no_nulls(table.column("id").combine_chunks(), path, "id", 0)])
@@ -671,6 +710,11 @@ def _weights(column: pa.Array, rows: _Rows) -> np.ndarray:
         i = int(bad_rows[0])
         raise InputError(f"{rows.where(i)}: weight {column[i].as_py()!r} is not a finite "
                          f"float32 number")
+    negative = np.flatnonzero(weights < 0)
+    if len(negative):  # the gcn operator's D^-1/2 of a negative degree is NaN
+        i = int(negative[0])
+        raise InputError(f"{rows.where(i)}: weight {column[i].as_py()!r} is negative (edge "
+                         "weights must be >= 0)")
     return weights
 
 
@@ -692,6 +736,9 @@ def _graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
     """
     loops = src == dst
     candidates = np.flatnonzero(~loops)
+    if len(src) and not len(candidates):
+        raise InputError(f"{source}: every edge is a self-loop; a graph needs edges between "
+                         "distinct nodes")
     keys = src[candidates] * len(ids) + dst[candidates]
     _, first = np.unique(keys, return_index=True)
     kept = candidates[np.sort(first)]

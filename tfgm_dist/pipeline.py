@@ -357,10 +357,13 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
 
 
 def dense_assignment(cfg: AssignConfig, rows: int, targets: int) -> bool:
-    """Whether ``one-to-one`` decoding runs the dense Hungarian on these sizes."""
+    """Whether ``one-to-one`` decoding runs the dense Hungarian on these sizes: asked for, or
+    with ``auto`` when the matrix has at most ``dense_max_nodes ** 2`` cells (by its size, not
+    its longer side: 10,000 sources x 10 targets is a small matrix, and the sparse auction
+    on it ran for minutes)."""
     return cfg.method == "one-to-one" and (
         cfg.one_to_one == "hungarian"
-        or cfg.one_to_one == "auto" and max(rows, targets) <= cfg.dense_max_nodes)
+        or cfg.one_to_one == "auto" and rows * targets <= cfg.dense_max_nodes ** 2)
 
 
 def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -389,7 +392,7 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
             dense = dense[:, cols]
         else:
             dense = scored.o_s[rows] @ scored.o_t[cols].T
-        picked = assign.hungarian(dense)
+        picked = assign.hungarian(dense, max_bytes=DENSE_MAX_BYTES)  # checked above
         match_score = dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
         return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
     matched = assign.one_to_one(c, scored.num_targets,

@@ -41,10 +41,17 @@ MANIFEST = "manifest.json"
 FORMAT = "tfgm-dist/1"
 
 
-def fingerprint(path: str | Path) -> dict[str, Any]:
-    """Size and SHA-256 of an input file, or of every file (name, length, bytes) of a folder."""
+def fingerprint(path: str | Path, out: Location | None = None) -> dict[str, Any]:
+    """Size and SHA-256 of an input file, or of every file (name, length, bytes) of a folder.
+
+    Within a folder, ``out`` and what a run writes beside it (its staging folder, its lock)
+    are left out: an output placed inside an input folder must not change the input's
+    identity, or a rerun would never resume."""
     path = Path(path)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    if out is not None and out.local and path.is_dir():
+        own = Path(out.path)
+        files = [f for f in files if not _written_by_run(f, own)]
     digest, size = hashlib.sha256(), 0
     for f in files:
         if path.is_dir():
@@ -54,6 +61,15 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
                 digest.update(chunk)
                 size += len(chunk)
     return {"path": str(path), "bytes": size, "sha256": digest.hexdigest()}
+
+
+def _written_by_run(f: Path, out: Path) -> bool:
+    """Whether ``f`` lies in ``out`` or in a ``.OUT.*`` staging folder or lock beside it."""
+    for parent in (f, *f.parents):
+        if parent == out or parent.parent == out.parent and parent.name.startswith(
+                f".{out.name}."):
+            return True
+    return False
 
 
 def versions() -> dict[str, str]:
@@ -94,8 +110,8 @@ class Location:
     def info(self) -> pafs.FileInfo:
         return self.fs.get_file_info(self.path)
 
-    def listing(self) -> list[pafs.FileInfo]:
-        return self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
+    def listing(self, recursive: bool = True) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(pafs.FileSelector(self.path, recursive=recursive))
 
     def write_text(self, text: str) -> None:
         with self.fs.open_output_stream(self.path) as f:
@@ -138,7 +154,7 @@ def check_output(out: str | Path | Location, overwrite: bool, root: str = "") ->
     info = out.info()
     if info.type == pafs.FileType.File:
         raise InputError(f"{out}: output path exists and is not a folder")
-    if info.type == pafs.FileType.Directory and out.listing():
+    if info.type == pafs.FileType.Directory and out.listing(recursive=False):
         if (out / MANIFEST).info().type != pafs.FileType.File:
             raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
                              "result; refusing to write into it")
@@ -150,33 +166,74 @@ def check_output(out: str | Path | Location, overwrite: bool, root: str = "") ->
 
 
 @contextmanager
-def staging(out: Location) -> Iterator[Location]:
-    """A hidden staging folder beside ``out``, on its filesystem; removed whatever happens
-    (after a commit it no longer exists).
+def staging(out: Location, overwrite: bool = False) -> Iterator[Location]:
+    """A hidden staging folder beside ``out``, on its filesystem, held under ``out``'s lock
+    (:func:`locked`); removed whatever happens (after a commit it no longer exists). Under
+    the lock ``out`` is checked again: a run that finished since :func:`check_output` is
+    replaced only with ``overwrite``.
 
-    Its name carries this host and process id, so that the next run can remove the staging
-    folders of runs that were killed (which no ``finally`` could clean up).
+    Its name carries this host and process id, so that any later run writing beside it can
+    remove the staging folders of runs that were killed (which no ``finally`` could clean up).
     """
-    _sweep_killed(out)
-    stage = out.parent / (f".{out.name}.staging-{socket.gethostname()}-{os.getpid()}-"
-                          f"{uuid.uuid4().hex[:8]}")
-    stage.fs.create_dir((stage / "matches").path, recursive=True)
+    with locked(out):
+        if not overwrite and (out / MANIFEST).info().type == pafs.FileType.File:
+            raise InputError(f"{out}: holds a previous run; pass --overwrite to replace it")
+        _sweep_killed(out)
+        stage = out.parent / (f".{out.name}.staging-{socket.gethostname()}-{os.getpid()}-"
+                              f"{uuid.uuid4().hex[:8]}")
+        stage.fs.create_dir((stage / "matches").path, recursive=True)
+        try:
+            yield stage
+        finally:
+            if stage.info().type != pafs.FileType.NotFound:
+                stage.fs.delete_dir(stage.path)
+
+
+@contextmanager
+def locked(out: Location) -> Iterator[None]:
+    """Hold ``.OUT.lock`` beside a local ``out`` exclusively, or raise :class:`InputError`:
+    two runs writing one output would silently replace each other's result. The lock file is
+    removed on the way out; a run that opened it before then finds it unlinked and retries
+    on the new one, so the lock is never held twice. Object stores have no lock: not here."""
+    if not out.local:
+        yield
+        return
+    import fcntl
+    path = os.path.join(out.parent.path, f".{out.name}.lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError(f"{out}: another run is writing this output (lock {path})") from None
+        try:
+            if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
     try:
-        yield stage
+        yield
     finally:
-        if stage.info().type != pafs.FileType.NotFound:
-            stage.fs.delete_dir(stage.path)
+        os.unlink(path)
+        os.close(fd)
 
 
 def _sweep_killed(out: Location) -> None:
-    """Remove the staging folders that dead processes on this host left beside ``out``."""
-    if not out.local or not os.path.isdir(out.parent.path):
-        return
-    prefix = f".{out.name}.staging-{socket.gethostname()}-"
-    for entry in os.scandir(out.parent.path):
-        if not entry.name.startswith(prefix):
+    """Remove the staging folders that dead processes on this host left beside ``out``,
+    whichever output they were for."""
+    if out.local and os.path.isdir(out.parent.path):
+        sweep_dead(out.parent.path, f".staging-{socket.gethostname()}-")
+
+
+def sweep_dead(folder: str | Path, mark: str) -> None:
+    """Remove the entries of ``folder`` named ``…{mark}{pid}-…`` whose process is dead: what
+    a killed run of this host left (no ``finally`` runs in a killed process)."""
+    for entry in os.scandir(folder):
+        if mark not in entry.name:
             continue
-        pid = entry.name[len(prefix):].split("-")[0]
+        pid = entry.name.rsplit(mark, 1)[1].split("-")[0]
         if pid.isdigit() and not _alive(int(pid)):
             log.warning("removing %s, left by a killed run (pid %s)", entry.path, pid)
             shutil.rmtree(entry.path, ignore_errors=True)

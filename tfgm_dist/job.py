@@ -1,0 +1,196 @@
+"""The job: inputs in, one committed output, whichever runner computes the matches.
+
+:func:`run_job` is the skeleton every command shares (``align``, ``align-supervised``,
+``demo``, the Ray entrypoint ``jobs/align.py``):
+
+1. check the output before any work (:func:`write.check_output`);
+2. fetch and load the inputs, fingerprint them for the run's identity;
+3. resume from the checkpoint of an earlier run of the same job that got past its assign
+   stage, else let the runner compute and stage the matches;
+4. commit ``matches/``, ``metrics.json`` and ``manifest.json`` atomically, under a lock on
+   the output (:func:`write.staging`).
+
+A :class:`Runner` computes: :class:`Local` in this process (with the automatic choices of
+:mod:`tfgm_dist.auto`), :class:`Supervised` through a labelled collection
+(``align-supervised``), or :class:`OnRay` on a Ray cluster (:mod:`tfgm_dist.distributed`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import time
+from typing import Any, Callable, Protocol
+
+from . import auto, checkpoint, write
+from .config import Config
+from .graph import InputError
+from .load import fetch
+from .pipeline import Pair, Result, Stopwatch, load_pair, match_table, peak_rss_bytes
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, dict], None]
+INPUTS = ("source", "target", "seeds", "gold", "candidates", "queries")
+
+
+class Runner(Protocol):
+    """Computes a loaded pair's matches and writes them into the staging folder."""
+
+    def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
+            about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
+        """The quality metrics and the manifest entries of the files written to ``stage``;
+        ``resume`` receives the checkpoint (see :mod:`tfgm_dist.checkpoint`)."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """Extra sections for ``metrics.json`` (e.g. ``ray``); empty when none."""
+        ...
+
+
+class Local:
+    """Every stage in this process, with the automatic choices (:func:`auto.align`)."""
+
+    def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
+            about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
+        return _kept(auto.align(pair, cfg, watch), pair, cfg, watch, stage, about, resume)
+
+    def report(self) -> dict[str, Any]:
+        return {}
+
+
+class Supervised:
+    """``align-supervised``: the pair matched through a labelled collection
+    (:func:`supervised.align_supervised`), in this process."""
+
+    def __init__(self, collection: Any) -> None:
+        self.collection = collection
+
+    def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
+            about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
+        from .supervised import align_supervised
+        result = align_supervised(pair, self.collection, cfg, watch)
+        return _kept(result, pair, cfg, watch, stage, about, resume)
+
+    def report(self) -> dict[str, Any]:
+        c = self.collection
+        return {"collection": {"graphs": c.num_graphs, "nodes": c.graph.num_nodes,
+                               "labels": c.num_labels}}
+
+
+def _kept(result: Result, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
+          about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
+    """Checkpoint ``result`` and stage its match table as one file."""
+    with watch.stage("checkpoint"):
+        checkpoint.save_piece(resume, 0, result)
+        checkpoint.save_done(resume, result.metrics, 1)
+    with watch.stage("write"):
+        files = [write.write_matches(stage, match_table(pair, result, cfg.top_k,
+                                                        cfg.assign.min_confidence), about)]
+    return result.metrics, files
+
+
+class OnRay:
+    """The stages after load on Ray with ``cfg.ray.partitions`` parts; the automatic
+    choices and the held-out estimate run first, in this process. ``progress`` hears of
+    each embedding layer."""
+
+    def __init__(self, progress: Progress | None = None) -> None:
+        self.progress = progress
+        self.summary: dict[str, Any] = {}
+
+    def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
+            about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
+        from . import distributed
+        pair, cfg, prepared = auto.prepare(pair, cfg, watch)
+        smaller = min(pair.source.num_nodes, pair.target.num_nodes)
+        if cfg.ray.partitions > smaller:
+            raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the {smaller} "
+                             "nodes of the smaller graph")
+        distributed.connect(cfg.ray.address)
+        on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.progress, prepared)
+        quality, files = on_ray.align_and_write(stage, about, resume)
+        self.summary = {"ray": on_ray.report()}
+        return quality, files
+
+    def report(self) -> dict[str, Any]:
+        return self.summary
+
+
+def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None = None
+            ) -> dict[str, Any]:
+    """The whole job ``cfg.job`` describes: load, compute, write ``cfg.job.out`` atomically.
+
+    ``runner`` defaults to :class:`OnRay` when ``cfg.ray.partitions`` is set, else
+    :class:`Local`; with a ``collection`` folder of labelled graphs it is
+    :class:`Supervised`. A job killed after its assign stage resumes from its checkpoint.
+    Returns the metrics written."""
+    job = cfg.job
+    for name in ("source", "target", "out"):
+        if not getattr(job, name):
+            raise InputError(f"no {name} given (argument or job.{name} in the config)")
+    paths = {name: getattr(job, name) or None for name in INPUTS}
+    if collection is not None:
+        if job.seeds:
+            raise InputError(f"{job.seeds}: align-supervised takes no seed pairs")
+        paths["collection"] = collection
+    out = write.check_output(job.out, job.overwrite, job.output_root)
+    watch, start = Stopwatch(), time.perf_counter()
+    with _inputs_folder() as tmp:
+        with watch.stage("load"):
+            local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
+            if collection is not None:
+                from .supervised import load_collection
+                runner = Supervised(load_collection(local["collection"], cfg.seed))
+            pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
+                             seeds=local["seeds"], gold=local["gold"],
+                             candidates=local["candidates"], queries=local["queries"])
+            inputs = {name: {**write.fingerprint(local[name], out), "path": path}
+                      for name, path in paths.items() if path}
+        runner = runner or (OnRay() if cfg.ray.partitions else Local())
+        log.info("source %s: %d nodes, %d edges; target %s: %d nodes, %d edges",
+                 pair.source.source, pair.source.num_nodes, pair.source.num_edges,
+                 pair.target.source, pair.target.num_nodes, pair.target.num_edges)
+        about = {"config": cfg.to_dict(), "versions": write.versions(), "inputs": inputs}
+        resume = checkpoint.location(out, checkpoint.run_key(about))
+        with write.staging(out, job.overwrite) as stage:
+            done = checkpoint.load(resume)
+            if done is None:
+                quality, files = runner.run(pair, cfg, watch, stage, about, resume)
+            else:
+                quality, files = _resumed(pair, cfg, watch, stage, about, resume, done)
+            extra = runner.report() | ({} if done is None else {"resumed_from": str(resume)})
+            metrics = {**quality,
+                       "seconds": {**watch.seconds, "total": time.perf_counter() - start},
+                       "peak_rss_bytes": peak_rss_bytes(),
+                       "rows": sum(f["rows"] for f in files),
+                       "nodes": {"source": pair.source.num_nodes,
+                                 "target": pair.target.num_nodes},
+                       "input_stats": {"source": pair.source.stats,
+                                       "target": pair.target.stats},
+                       **extra}
+            write.commit(stage, out, metrics, {"files": files, **about})
+    checkpoint.discard(resume)
+    return metrics
+
+
+def _inputs_folder() -> tempfile.TemporaryDirectory:
+    """A temporary folder for remote inputs, named after this process, after removing those
+    of killed runs."""
+    mark = f"tfgm-inputs-{socket.gethostname()}-"
+    write.sweep_dead(tempfile.gettempdir(), mark)
+    return tempfile.TemporaryDirectory(prefix=f"{mark}{os.getpid()}-")
+
+
+def _resumed(pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
+             about: dict[str, Any], resume: write.Location, done: tuple
+             ) -> tuple[dict, list[dict]]:
+    """The files of an earlier run's checkpoint, written again into ``stage``."""
+    log.info("resuming from %s: an earlier run of this job got past the assign stage", resume)
+    quality, parts = done
+    with watch.stage("resume"), watch.stage("write"):
+        files = [write.write_matches(stage, match_table(
+            pair, checkpoint.load_piece(resume, q), cfg.top_k, cfg.assign.min_confidence),
+            about, part=q) for q in range(parts)]
+    return quality, files
