@@ -121,3 +121,25 @@ def test_a_search_actor_killed_mid_shard_is_restarted_and_the_output_is_identica
             OnRay(kill_in_backward_search))
     assert killed
     assert table(tmp_path / "killed").equals(table(tmp_path / "calm"))
+
+
+@pytest.mark.slow
+def test_a_stale_cluster_address_file_does_not_make_a_run_hang(pair, tmp_path):
+    """A head that died leaves Ray's address file behind; a run without an address used to
+    join it and wait forever. Ray's folder is a short one of this test's (socket paths are
+    limited to 107 characters)."""
+    import shutil
+    import tempfile
+    short = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    try:
+        (short / "ray").mkdir()
+        (short / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")
+        env = {**os.environ, "RAY_TMPDIR": str(short)}
+        env.pop("RAY_ADDRESS", None)
+        done = subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "align",
+                               str(pair["source"]), str(pair["target"]), "--out",
+                               str(tmp_path / "out"), "--partitions", "2"],
+                              env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
