@@ -244,6 +244,7 @@ def test_output_has_confidence_null_targets_and_min_confidence_filters(tmp_path)
 
 @pytest.mark.skipif(not (DATA / "social").exists(), reason="../shared/data is not beside the "
                     "repository")
+@pytest.mark.slow  # 25 s: two passes and a tied auction over 71M cells
 def test_a_featureless_social_pair_with_seeds_gets_anchors_and_an_estimate(tmp_path):
     d = DATA / "social" / "flickr_myspace"
     out = tmp_path / "out"

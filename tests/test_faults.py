@@ -28,7 +28,10 @@ def hidden(folder: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    return write_pair(tmp_path_factory.mktemp("pair"), 1500, seed=7)
+    folder = tmp_path_factory.mktemp("pair")
+    quick = folder / "quick.toml"  # these tests are about faults: one pass, not bootstrapped
+    quick.write_text("[bootstrap]\nrounds = 0\n")
+    return {**write_pair(folder, 1500, seed=7), "config": quick}
 
 
 def align(pair, out: Path, *extra: str, failpoint: str | None = None):
@@ -38,7 +41,8 @@ def align(pair, out: Path, *extra: str, failpoint: str | None = None):
         env["TFGM_FAILPOINT"] = failpoint
     return subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "align",
                            str(pair["source"]), str(pair["target"]), "--gold", str(pair["gold"]),
-                           "--out", str(out), "--top-k", "3", *extra],
+                           "--out", str(out), "--top-k", "3", "--config", str(pair["config"]),
+                           *extra],
                           env=env, capture_output=True, text=True, timeout=600)
 
 
