@@ -172,6 +172,9 @@ def test_hints_build_the_anchor_channel_but_stay_output_rows_and_targets():
     assert [c.name for c in pipeline.channels(pair, cfg)][-1] == "anchors"
     p = pipeline.plan(pair, cfg)
     assert {0, 1} <= set(p.rows.tolist()) and {0, 1} <= set(p.targets.tolist())
+    names = {"names": [f"node {i}" for i in range(n)]}
+    named = pipeline.Pair(ring(n, **names), ring(n, **names), hints=pair.hints)
+    assert [c.name for c in pipeline.channels(named, cfg)] == ["names", "anchors"]  # no swap
     seeded = pipeline.Pair(ring(n), ring(n), seeds=(np.array([2]), np.array([2])),
                            hints=(np.array([0]), np.array([0])))
     assert [a.tolist() for a in seeded.anchored()] == [[2, 0], [2, 0]]
