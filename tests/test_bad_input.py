@@ -30,6 +30,11 @@ def featured(d: Path, name: str, rows) -> Path:
 
 GOOD = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
 
+
+def with_config(name: str, text: str):
+    """A case aligning the good graph with itself under config file ``name`` holding ``text``."""
+    return lambda d: (d / "g.txt", d / "g.txt", ["--config", write(d / name, text)])
+
 # name: (make inputs in folder d -> (source, target, extra args), words the error names)
 CASES = {
     "missing file": (lambda d: (d / "absent.txt", d / "g.txt", []),
@@ -71,17 +76,12 @@ CASES = {
         lambda d: (parquet_graph(d / "noedges", pa.array([], pa.string()),
                                  pa.array([], pa.string())), d / "g.txt", []),
         ["edges.parquet", "no edges"]),
-    "config with an unknown key": (
-        lambda d: (d / "g.txt", d / "g.txt", ["--config", write(d / "c.toml", "[search]\nkk = 3\n")]),
-        ["c.toml", "search.kk"]),
-    "config value out of range": (
-        lambda d: (d / "g.txt", d / "g.txt",
-                   ["--config", write(d / "r.toml", "[embed]\nlayers = -1\n")]),
-        ["r.toml", "embed.layers = -1", "out of range"]),
-    "config value of the wrong type": (
-        lambda d: (d / "g.txt", d / "g.txt",
-                   ["--config", write(d / "t.toml", "[refine]\nenabled = \"yes\"\n")]),
-        ["t.toml", "refine.enabled", "bool"]),
+    "config with an unknown key": (with_config("c.toml", "[search]\nkk = 3\n"),
+                                   ["c.toml", "search.kk"]),
+    "config value out of range": (with_config("r.toml", "[embed]\nlayers = -1\n"),
+                                  ["r.toml", "embed.layers = -1", "out of range"]),
+    "config value of the wrong type": (with_config("t.toml", "[refine]\nenabled = \"yes\"\n"),
+                                       ["t.toml", "refine.enabled", "bool"]),
     "seeds covering every node": (
         lambda d: (d / "g.txt", d / "g.txt",
                    ["--seeds", write(d / "all.tsv", "a\ta\nb\tb\nc\tc\nd\td\n")]),
@@ -108,17 +108,11 @@ CASES = {
     "a seed beyond 64 bits": (lambda d: (d / "g.txt", d / "g.txt",
                                          ["--seed", "18446744073709551616"]),
                               ["seed = 18446744073709551616", "out of range"]),
-    "a YAML seed of 1e23": (lambda d: (d / "g.txt", d / "g.txt",
-                                       ["--config", write(d / "s.yaml", "seed: 1e23\n")]),
-                            ["s.yaml", "seed"]),
-    "search.k of a billion": (
-        lambda d: (d / "g.txt", d / "g.txt",
-                   ["--config", write(d / "k.toml", "[search]\nk = 1000000000\n")]),
-        ["k.toml", "search.k = 1000000000", "out of range"]),
-    "a config nested 5,000 deep": (
-        lambda d: (d / "g.txt", d / "g.txt",
-                   ["--config", write(d / "deep.toml", "a = " + "[" * 5000 + "]" * 5000)]),
-        ["deep.toml", "nested too deeply"]),
+    "a YAML seed of 1e23": (with_config("s.yaml", "seed: 1e23\n"), ["s.yaml", "seed"]),
+    "search.k of a billion": (with_config("k.toml", "[search]\nk = 1000000000\n"),
+                              ["k.toml", "search.k = 1000000000", "out of range"]),
+    "a config nested 5,000 deep": (with_config("deep.toml", "a = " + "[" * 5000 + "]" * 5000),
+                                   ["deep.toml", "nested too deeply"]),
 }
 
 

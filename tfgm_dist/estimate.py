@@ -102,10 +102,9 @@ def self_calibrated(result: Result, first: Result | None = None) -> Result:
     says nothing: the fit leaves those rows out, and a row still decoded to its hint gets
     the confidence the first pass's own fit gives it (rows are the same in both passes).
     """
-    margin = margins(result)
     if result.mutual is None:
         return result
-    mutual = result.mutual.numpy()
+    margin, mutual = margins(result), result.mutual.numpy()
     hinted = np.zeros_like(mutual)
     if first is not None and first.mutual is not None:
         hinted = first.mutual.numpy() & (first.matched.numpy() == result.matched.numpy())

@@ -21,7 +21,7 @@ import os
 import socket
 import tempfile
 import time
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import auto, checkpoint, write
 from .config import Config
@@ -29,9 +29,11 @@ from .graph import InputError
 from .load import fetch
 from .pipeline import Pair, Result, Stopwatch, load_pair, match_table, peak_rss_bytes
 
+if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
+    from .distributed import Progress
+
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str, dict], None]
 INPUTS = ("source", "target", "seeds", "gold", "candidates", "queries")
 
 
@@ -103,12 +105,12 @@ class OnRay:
     def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
             about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
         from . import distributed
-        pair, cfg, prepared = auto.prepare(pair, cfg, watch)
         smaller = min(pair.source.num_nodes, pair.target.num_nodes)
         if cfg.ray.partitions > smaller:
             raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the {smaller} "
                              "nodes of the smaller graph")
-        distributed.connect(cfg.ray.address)
+        distributed.connect(cfg.ray.address)  # fails fast, before the passes of prepare
+        pair, cfg, prepared = auto.prepare(pair, cfg, watch)
         on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.progress, prepared)
         quality, files = on_ray.align_and_write(stage, about, resume)
         self.summary = {"ray": on_ray.report()}

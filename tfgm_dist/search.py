@@ -27,6 +27,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
+INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")
+IVF_KINDS = ("ivf", "ivfpq")
+REFINE_FACTOR = 8  # ivfpq re-ranks the REFINE_FACTOR * k best codes exactly
+TRAIN_PER_LIST = {"ivf": 256, "ivfpq": 64}  # k-means training points per IVF list
 
 
 @contextmanager
@@ -40,11 +44,6 @@ def batch_independent() -> Iterator[None]:
         yield
     finally:
         faiss.cvar.distance_compute_blas_threshold = before
-
-INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")
-IVF_KINDS = ("ivf", "ivfpq")
-REFINE_FACTOR = 8  # ivfpq re-ranks the REFINE_FACTOR * k best codes exactly
-TRAIN_PER_LIST = {"ivf": 256, "ivfpq": 64}  # k-means training points per IVF list
 
 
 @dataclass(frozen=True)

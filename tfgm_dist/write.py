@@ -155,14 +155,23 @@ def check_output(out: str | Path | Location, overwrite: bool, root: str = "") ->
     if info.type == pafs.FileType.File:
         raise InputError(f"{out}: output path exists and is not a folder")
     if info.type == pafs.FileType.Directory and out.listing(recursive=False):
-        if (out / MANIFEST).info().type != pafs.FileType.File:
+        if not _holds_run(out):
             raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
                              "result; refusing to write into it")
-        if not overwrite:
-            raise InputError(f"{out}: holds a previous run; pass --overwrite to replace it")
+        _refuse_replacing(out, overwrite)
     if out.local and not os.path.isdir(out.parent.path):
         raise InputError(f"{out.parent}: parent folder of the output does not exist")
     return out
+
+
+def _holds_run(out: Location) -> bool:
+    return (out / MANIFEST).info().type == pafs.FileType.File
+
+
+def _refuse_replacing(out: Location, overwrite: bool) -> None:
+    """Raise :class:`InputError` if ``out`` holds a run and ``overwrite`` is not given."""
+    if not overwrite and _holds_run(out):
+        raise InputError(f"{out}: holds a previous run; pass --overwrite to replace it")
 
 
 @contextmanager
@@ -176,8 +185,7 @@ def staging(out: Location, overwrite: bool = False) -> Iterator[Location]:
     remove the staging folders of runs that were killed (which no ``finally`` could clean up).
     """
     with locked(out):
-        if not overwrite and (out / MANIFEST).info().type == pafs.FileType.File:
-            raise InputError(f"{out}: holds a previous run; pass --overwrite to replace it")
+        _refuse_replacing(out, overwrite)
         _sweep_killed(out)
         stage = out.parent / (f".{out.name}.staging-{socket.gethostname()}-{os.getpid()}-"
                               f"{uuid.uuid4().hex[:8]}")
