@@ -1,5 +1,6 @@
 """The automatic choices, the anchor channel, the held-out estimate and the confidence."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -174,7 +175,12 @@ def test_hints_build_the_anchor_channel_but_stay_output_rows_and_targets():
     assert {0, 1} <= set(p.rows.tolist()) and {0, 1} <= set(p.targets.tolist())
     names = {"names": [f"node {i}" for i in range(n)]}
     named = pipeline.Pair(ring(n, **names), ring(n, **names), hints=pair.hints)
-    assert [c.name for c in pipeline.channels(named, cfg)] == ["names", "anchors"]  # no swap
+    chans = pipeline.channels(named, cfg)
+    x_s, x_t = pipeline.input_features(named, cfg)
+    assert [c.name for c in chans] == ["names", "anchors"]
+    assert torch.equal(chans[0].x_s, x_s) and torch.equal(chans[0].x_t, x_t)  # hints not tied
+    tied = pipeline.channels(replace(named, seeds=named.hints, hints=None), cfg)[0]
+    assert torch.equal(tied.x_s[0], tied.x_t[0]) and not torch.equal(tied.x_s[0], x_s[0])
     seeded = pipeline.Pair(ring(n), ring(n), seeds=(np.array([2]), np.array([2])),
                            hints=(np.array([0]), np.array([0])))
     assert [a.tolist() for a in seeded.anchored()] == [[2, 0], [2, 0]]

@@ -1,4 +1,4 @@
-"""Stage 2, features: shared n-gram, degree and projection spaces, seed swap, validation."""
+"""Stage 2, features: shared n-gram, degree and projection spaces, seed ties, validation."""
 import math
 import zlib
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tfgm_dist.features import (char_ngrams, degree_onehot, degree_sinusoidal, degrees,
-                                random_projection, seed_swap, sentence_vectors, validate)
+                                random_projection, sentence_vectors, tie_seeds, validate)
 from tfgm_dist.graph import Graph, InputError
 
 
@@ -106,15 +106,16 @@ def test_degree_onehot_shares_the_vocabulary_of_both_graphs():
     assert x_t.tolist() == [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
 
 
-def test_seed_swap_swaps_exactly_the_seed_rows():
+def test_tie_seeds_gives_both_rows_of_a_seed_pair_their_normalised_sum():
     x_s = torch.arange(12.0).view(4, 3)
     x_t = -torch.arange(15.0).view(5, 3) - 1
     s0, t0 = x_s.clone(), x_t.clone()
-    hat_s, hat_t = seed_swap(x_s, x_t, torch.tensor([0, 2]), torch.tensor([4, 1]))
-    assert torch.equal(hat_s[0], x_t[4]) and torch.equal(hat_s[2], x_t[1])
-    assert torch.equal(hat_t[4], x_s[0]) and torch.equal(hat_t[1], x_s[2])
-    assert torch.equal(hat_s[[1, 3]], x_s[[1, 3]])
-    assert torch.equal(hat_t[[0, 2, 3]], x_t[[0, 2, 3]])
+    tied_s, tied_t = tie_seeds(x_s, x_t, torch.tensor([0, 2]), torch.tensor([4, 1]))
+    for i, j in ((0, 4), (2, 1)):
+        want = F.normalize(x_s[i], dim=0) + F.normalize(x_t[j], dim=0)
+        assert torch.allclose(tied_s[i], want) and torch.equal(tied_s[i], tied_t[j])
+    assert torch.equal(tied_s[[1, 3]], x_s[[1, 3]])
+    assert torch.equal(tied_t[[0, 2, 3]], x_t[[0, 2, 3]])
     assert torch.equal(x_s, s0) and torch.equal(x_t, t0)  # inputs untouched
 
 

@@ -5,8 +5,8 @@ Conventions every stage relies on:
 
 - The target graph is renumbered in a seeded random order right after loading, so no
   tie-break anywhere (FAISS, scipy) can favour a target whose number equals the source's.
-- Seed pairs are known matches: they shape the features (TFGMws swap) and are pinned in
-  the refinement, and their targets are never offered to other sources.
+- Seed pairs are known matches: they shape the features (tied content, anchors), are
+  pinned in the refinement, and their targets are never offered to other sources.
 - ``candidates`` restricts the targets searched; ``queries`` restricts the sources output
   (default: every source); seed sources are never output, and gold pairs only count when
   their source is output.
@@ -168,25 +168,20 @@ def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
 def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     """The channels both graphs are embedded from.
 
-    Without seeds, the content channel ``X`` alone. With seeds, TFGMws's two swapped runs of
-    it (a degree encoding is the same for a seed on both sides, so it stays one channel),
-    ``(X_s, X̂_t)`` and ``(X̂_s, X_t)`` at weight 1/2 each, whose summed scores are the
-    paper's ``<O_s, Ô_t> + <Ô_s, O_t>`` (halved), so one search serves both. When
-    ``cfg.anchors.enabled``, the anchor channel (:func:`features.anchors`) of the seeds and
-    the hints at weight ``cfg.anchors.weight``, propagated without its input block (a seed's
-    own indicator says nothing about the other nodes). Hints are guesses and are not
-    swapped: that would make their own rows certain and double the content channel's width
-    (measured on DBP15k zh_en without seeds: 92.9 both ways, the output pass 20.4 -> 14.5 s).
+    The content channel ``X``; with seeds, its seed pairs tied (:func:`features.tie_seeds`,
+    the paper's feature swap in one channel; a degree encoding is left as it is: it
+    describes a node's own structure, not its content). When ``cfg.anchors.enabled``, the
+    anchor channel (:func:`features.anchors`) of the seeds and the hints at weight
+    ``cfg.anchors.weight``, propagated without its input block (a seed's own indicator says
+    nothing about the other nodes). Hints are guesses and are not tied: that would make
+    their own rows certain (measured on DBP15k zh_en without seeds with the two-channel
+    swap: 92.9 both ways, at twice the content width).
     """
     x_s, x_t = input_features(pair, cfg)
     kind = feature_kind(pair, cfg)
-    if pair.seeds is None or kind.startswith("degree"):  # a degree is its own on both sides
-        out = [features.Channel(kind, x_s, x_t, cfg.embed)]
-    else:
-        seeds_s, seeds_t = (torch.from_numpy(a) for a in pair.seeds)
-        hat_s, hat_t = features.seed_swap(x_s, x_t, seeds_s, seeds_t)
-        out = [features.Channel(kind, x_s, hat_t, cfg.embed, 0.5),
-               features.Channel(f"{kind}, swapped", hat_s, x_t, cfg.embed, 0.5)]
+    if pair.seeds is not None and not kind.startswith("degree"):
+        x_s, x_t = features.tie_seeds(x_s, x_t, *(torch.from_numpy(a) for a in pair.seeds))
+    out = [features.Channel(kind, x_s, x_t, cfg.embed)]
     anchored, ac = pair.anchored(), cfg.anchors
     if ac.enabled and anchored is not None:
         a_s, a_t = features.anchors(pair.source.num_nodes, pair.target.num_nodes,
