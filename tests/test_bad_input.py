@@ -66,9 +66,6 @@ CASES = {
     "feature rows of different widths": (
         lambda d: (featured(d, "ragged", [[1.0, 0.0], [1.0], [1.0, 1.0]]),
                    featured(d, "ok", GOOD), []), ["ragged", "'b'"]),
-    "all-zero feature row": (
-        lambda d: (featured(d, "zero", [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]),
-                   featured(d, "ok", GOOD), []), ["zero", "'b'", "all-zero"]),
     "feature widths differ between the graphs": (
         lambda d: (featured(d, "two", GOOD), featured(d, "three", [[1.0, 0, 0]] * 3), []),
         ["two", "three", "2", "3"]),

@@ -213,7 +213,12 @@ def tie_seeds(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,
 
 
 def validate(x: torch.Tensor, graph: Graph) -> None:
-    """Reject features with NaN/inf or all-zero rows, naming the first offending node id."""
+    """Reject features with NaN/inf, naming the first offending node id.
+
+    An all-zero row (a node without attributes, a name without letters or digits) is
+    allowed and logged: such a node is described by its neighbours' features and by the
+    anchors, from the first layer on (attributed networks commonly leave some nodes empty).
+    """
     bad = ~torch.isfinite(x).all(dim=1)
     if bad.any():
         i = int(bad.nonzero()[0])
@@ -222,6 +227,6 @@ def validate(x: torch.Tensor, graph: Graph) -> None:
     zero = (x == 0).all(dim=1)
     if zero.any():
         i = int(zero.nonzero()[0])
-        raise InputError(f"{graph.source}: node {graph.ids[i].as_py()!r} has an all-zero "
-                         f"feature row ({int(zero.sum())} such rows); it cannot be "
-                         "normalised")
+        log.warning("%s: %d nodes have no features (all-zero rows; the first is %r): they "
+                    "are described by their neighbours only", graph.source, int(zero.sum()),
+                    graph.ids[i].as_py())
