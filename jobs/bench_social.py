@@ -56,6 +56,13 @@ DEV = (
     ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(0.8, 0.1), (0.8, 0.25)]),
     ("dbp15k_en", "dbp15k/zh_en/triples_2", [(0.8, 0.1)]),
 )
+# Attributed development pairs: the same noisy copies, every node with a bag of words.
+DEV_ATTRIBUTED = (
+    ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [(0.8, 0.25)]),
+    ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [(0.8, 0.1)]),
+    ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(0.8, 0.25)]),
+)
+VOCABULARY, WORDS, WORD_DROP = 1000, 4, 0.25
 DEV_SEED = 0  # rng seed of every development pair
 BLOCK_CELLS = 1 << 24  # scores held at once while ranking (gold rows x candidates): 128 MiB
 
@@ -139,7 +146,8 @@ def ranking_summary(ranks: np.ndarray) -> dict[str, float]:
 def rwr_baseline(source_edges: np.ndarray, target_edges: np.ndarray,
                  seeds: tuple[np.ndarray, np.ndarray], gold: tuple[np.ndarray, np.ndarray],
                  restart: float = 0.15, iters: int = 100,
-                 num_nodes: tuple[int, int] | None = None) -> dict[str, float]:
+                 num_nodes: tuple[int, int] | None = None,
+                 attributes: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
     """The plain training-free anchor baseline: Hits@1, Hits@10 (percent) and MRR.
 
     Every node of each graph gets its RWR scores from every seed of its side (source seed
@@ -153,10 +161,15 @@ def rwr_baseline(source_edges: np.ndarray, target_edges: np.ndarray,
         source_edges, target_edges: ``[E, 2]`` int arrays of contiguous node numbers.
         seeds, gold: (source numbers, target numbers), as ``tfgm_dist.load.load_pairs`` gives.
         num_nodes: node counts of the two graphs; default: largest number in the edges + 1.
+        attributes: node attribute vectors of the two graphs (rows by node number): then a
+            pair scores the RWR cosine plus the attribute cosine.
     """
     n_s, n_t = num_nodes or (int(source_edges.max()) + 1, int(target_edges.max()) + 1)
     source = _unit_rows(rwr_scores(source_edges, n_s, seeds[0], restart, iters))
     target = _unit_rows(rwr_scores(target_edges, n_t, seeds[1], restart, iters))
+    if attributes is not None:
+        source = np.hstack([source, _unit_rows(attributes[0].astype(np.float64))])
+        target = np.hstack([target, _unit_rows(attributes[1].astype(np.float64))])
     candidates = np.setdiff1d(np.arange(n_t), seeds[1])
     asked = ~np.isin(gold[0], seeds[0])
     ranks = pessimistic_ranks(source, target, gold[0][asked], gold[1][asked], candidates)
@@ -179,6 +192,9 @@ class DevPair:
     target_edges: np.ndarray
     seeds: np.ndarray
     gold: np.ndarray
+    # attributed pairs: ([nodes] ids, [nodes, words] attribute rows) of each copy
+    source_attributes: tuple[np.ndarray, np.ndarray] | None = None
+    target_attributes: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _undirected(edges: np.ndarray) -> np.ndarray:
@@ -215,15 +231,38 @@ def _disguise(edges: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, 
     return new_id[edges], new_id
 
 
+def bags_of_words(num_nodes: int, rng: np.random.Generator, vocabulary: int = VOCABULARY,
+                  words: int = WORDS) -> np.ndarray:
+    """``[num_nodes, vocabulary]`` 0/1 attribute rows: each node uses ``words`` random words
+    of a Zipf-like vocabulary (word ``w`` drawn with weight ``1 / (w + 1)``), so common words
+    are shared by many nodes, as tags, venues or interests are."""
+    weight = 1.0 / np.arange(1, vocabulary + 1)
+    picks = rng.choice(vocabulary, size=(num_nodes, words), p=weight / weight.sum())
+    bags = np.zeros((num_nodes, vocabulary), np.float32)
+    bags[np.arange(num_nodes)[:, None], picks] = 1.0
+    return bags
+
+
+def _noisy_bags(bags: np.ndarray, rng: np.random.Generator, drop: float = WORD_DROP
+                ) -> np.ndarray:
+    """One copy's attributes: each word dropped with probability ``drop`` and one random
+    word added per node (a profile edited differently on each platform)."""
+    noisy = bags * (rng.random(bags.shape) >= drop)
+    noisy[np.arange(len(bags)), rng.integers(bags.shape[1], size=len(bags))] = 1.0
+    return noisy
+
+
 def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
-                 keep: float = 0.8, edge_drop: float = 0.1, seed_share: float = 0.2) -> DevPair:
+                 keep: float = 0.8, edge_drop: float = 0.1, seed_share: float = 0.2,
+                 attributed: bool = False) -> DevPair:
     """A development pair from one real graph: two independent noisy copies of it.
 
     Each copy is the subgraph induced by the nodes it keeps (each with probability ``keep``)
     minus each of its edges with probability ``edge_drop``, in its own random ids. The truth
     is every node that has an edge in both copies; a random ``seed_share`` of it are the seeds,
     the rest the gold. ``edges`` is ``[E, 2]`` contiguous node numbers below ``num_nodes``;
-    direction and repeated edges are ignored.
+    direction and repeated edges are ignored. ``attributed`` gives every node a bag of words
+    (:func:`bags_of_words`) and each copy its own noisy version of it (:func:`_noisy_bags`).
     """
     edges = _undirected(np.asarray(edges, np.int64))
     copy_a, present_a = _noisy_copy(edges, num_nodes, rng, keep, edge_drop)
@@ -233,19 +272,40 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     true = rng.permutation(np.flatnonzero(present_a & present_b))
     pairs = np.stack([id_a[true], id_b[true]], axis=1)
     n_seeds = round(seed_share * len(pairs))
-    return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:])
+    if not attributed:
+        return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:])
+    bags = bags_of_words(num_nodes, rng)
+    nodes = [np.flatnonzero(present) for present in (present_a, present_b)]
+    sides = [(id_x[kept], _noisy_bags(bags[kept], rng))
+             for id_x, kept in zip((id_a, id_b), nodes)]
+    return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:], *sides)
 
 
 def write_pair(pair: DevPair, folder: Path) -> dict[str, Path]:
     """``source_edges.tsv``, ``target_edges.tsv``, ``seeds.tsv``, ``gold.tsv`` in ``folder``
-    (tab separated, no header, as under ``social/``); returns the four paths."""
+    (tab separated, no header, as under ``social/``); returns the four paths. An attributed
+    pair's graphs are Parquet-layout folders ``source/`` and ``target/`` instead (edges, and
+    nodes with their ``features``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     folder.mkdir(parents=True, exist_ok=True)
-    arrays = {"source": pair.source_edges, "target": pair.target_edges,
-              "seeds": pair.seeds, "gold": pair.gold}
     paths = {}
-    for key, array in arrays.items():
-        paths[key] = folder / (f"{key}_edges.tsv" if key in ("source", "target") else f"{key}.tsv")
+    for key, array in (("seeds", pair.seeds), ("gold", pair.gold)):
+        paths[key] = folder / f"{key}.tsv"
         np.savetxt(paths[key], array, fmt="%d", delimiter="\t")
+    for key, edges, attributes in (("source", pair.source_edges, pair.source_attributes),
+                                   ("target", pair.target_edges, pair.target_attributes)):
+        if attributes is None:
+            paths[key] = folder / f"{key}_edges.tsv"
+            np.savetxt(paths[key], edges, fmt="%d", delimiter="\t")
+            continue
+        paths[key] = folder / key
+        paths[key].mkdir()
+        pq.write_table(pa.table({"src": edges[:, 0], "dst": edges[:, 1]}),
+                       paths[key] / "edges.parquet")
+        ids, rows = attributes
+        pq.write_table(pa.table({"id": ids, "features": list(rows)}),
+                       paths[key] / "nodes.parquet")
     return paths
 
 
@@ -260,12 +320,13 @@ def shared_paths(name: str) -> dict[str, Path]:
             "seeds": folder / "seeds.tsv", "gold": folder / "gold.tsv"}
 
 
-def build_dev_pair(graph: str, keep: float, edge_drop: float, folder: Path) -> dict[str, Path]:
+def build_dev_pair(graph: str, keep: float, edge_drop: float, folder: Path,
+                   attributed: bool = False) -> dict[str, Path]:
     """Write the development pair of ``graph`` (a path under DATA) with this noise."""
     from tfgm_dist.load import load_graph
     g = load_graph(DATA / graph)
     pair = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(DEV_SEED),
-                        keep=keep, edge_drop=edge_drop)
+                        keep=keep, edge_drop=edge_drop, attributed=attributed)
     return write_pair(pair, folder)
 
 
@@ -276,8 +337,10 @@ def run_baseline(paths: dict[str, Path]) -> dict:
     g_s, g_t = load_graph(paths["source"]), load_graph(paths["target"])
     seeds = load_pairs(paths["seeds"], g_s, g_t, "seeds")
     gold = load_pairs(paths["gold"], g_s, g_t, "gold")
+    attributes = (None if g_s.features is None else
+                  (g_s.features.numpy(), g_t.features.numpy()))
     m = rwr_baseline(g_s.edge_index.numpy().T, g_t.edge_index.numpy().T, seeds, gold,
-                     num_nodes=(g_s.num_nodes, g_t.num_nodes))
+                     num_nodes=(g_s.num_nodes, g_t.num_nodes), attributes=attributes)
     return {**m, "seconds": time.perf_counter() - start,
             "sizes": (g_s.num_nodes, g_s.num_edges, g_t.num_nodes, g_t.num_edges),
             "seeds": len(seeds[0])}
@@ -349,21 +412,28 @@ def bench_shared(selected: list[str], tmp: Path, timeout_s: float) -> None:
             print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / name, timeout_s))
 
 
-def bench_dev(selected: list[str], tmp: Path, timeout_s: float) -> None:
-    _print_header(f"Development pairs: two noisy copies of one graph (keep = node kept per "
-                  f"copy, drop = edge dropped per copy; 20 % of the true pairs are seeds; "
-                  f"rng seed {DEV_SEED})")
-    for graph, path, settings in DEV:
+def bench_dev(selected: list[str], tmp: Path, timeout_s: float, attributed: bool) -> None:
+    if attributed:
+        _print_header(f"Attributed development pairs: as below, and every node has a bag of "
+                      f"{WORDS} of {VOCABULARY} Zipf-distributed words, each copy dropping "
+                      f"each word with probability {WORD_DROP:g} and adding one at random; "
+                      f"the baseline adds the attribute cosine to the RWR cosine")
+    else:
+        _print_header(f"Development pairs: two noisy copies of one graph (keep = node kept "
+                      f"per copy, drop = edge dropped per copy; 20 % of the true pairs are "
+                      f"seeds; rng seed {DEV_SEED})")
+    for graph, path, settings in DEV_ATTRIBUTED if attributed else DEV:
         for keep, drop in settings:
-            name = f"{graph}/keep{keep:g}-drop{drop:g}"
+            name = f"{graph}/keep{keep:g}-drop{drop:g}" + ("+words" if attributed else "")
             if not _wanted(name, selected):
                 continue
             if not (DATA / path).exists():
                 print(f"| {name} | not found: {DATA / path} |", flush=True)
                 continue
-            paths = build_dev_pair(path, keep, drop, tmp / "dev" / name.replace("/", "-"))
-            out = tmp / "out" / name.replace("/", "-")
-            print_row(name, run_baseline(paths), run_tfgm(paths, out, timeout_s))
+            folder = name.replace("/", "-")
+            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, attributed)
+            print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / folder,
+                                                          timeout_s))
 
 
 def _wanted(name: str, selected: list[str]) -> bool:
@@ -372,7 +442,7 @@ def _wanted(name: str, selected: list[str]) -> bool:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("shared", "dev"))
+    p.add_argument("--only", choices=("shared", "dev", "attributed"))
     p.add_argument("--pairs", default="",
                    help="comma-separated name prefixes, e.g. flickr_myspace,yeast/keep0.8")
     p.add_argument("--timeout", type=float, default=300,
@@ -386,7 +456,9 @@ def main() -> None:
         if args.only in (None, "shared"):
             bench_shared(selected, Path(tmp), args.timeout)
         if args.only in (None, "dev"):
-            bench_dev(selected, Path(tmp), args.timeout)
+            bench_dev(selected, Path(tmp), args.timeout, attributed=False)
+        if args.only in (None, "attributed"):
+            bench_dev(selected, Path(tmp), args.timeout, attributed=True)
 
 
 if __name__ == "__main__":
