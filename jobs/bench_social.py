@@ -3,6 +3,7 @@
     python -m jobs.bench_social                              # everything
     python -m jobs.bench_social --only shared                # the two real social pairs
     python -m jobs.bench_social --only dev --pairs yeast     # development pairs built from yeast
+    python -m jobs.bench_social --only attributed            # the same, nodes with bags of words
 
 Prints Markdown tables, one row per pair: sizes, seeds and gold pairs, then Hits@1, Hits@10
 (percent) and MRR of
