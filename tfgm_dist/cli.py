@@ -45,8 +45,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an output folder that holds a previous run")
-    p.add_argument("--partitions", type=int, help="run on Ray with P graph partitions "
-                   "(embedding actors and search shards); default: one process, no Ray")
+    p.add_argument("--partitions", type=int, help="run on Ray with P parts: P actors, each "
+                   "holding 1/P of what is searched (align: also 1/P of each graph to embed; "
+                   "align-supervised: of the collection's labelled nodes); default: one "
+                   "process, no Ray")
     p.add_argument("--ray-address", help="Ray cluster to join (default: RAY_ADDRESS, else a "
                    "local cluster started in-process)")
 

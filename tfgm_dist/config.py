@@ -148,7 +148,9 @@ class JobConfig:
 class RayConfig:
     """Where and how wide the distributed run is."""
 
-    partitions: int = 0  # parts = embedding actors = search shards; 0: see cli / jobs.align
+    # P actors, each holding 1/P of what is searched: for align also 1/P of each graph to
+    # embed, for align-supervised 1/P of the collection's labelled nodes; 0: see cli / jobs.align
+    partitions: int = 0
     address: str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
 
     def __post_init__(self) -> None:
