@@ -22,9 +22,20 @@ def cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return F.cosine_similarity(a, b, dim=0).item()
 
 
+def dense_ngrams(*args, **kwargs) -> list[torch.Tensor]:
+    return [x.to_dense() for x in char_ngrams(*args, **kwargs)]
+
+
+def test_char_ngrams_are_sparse_with_one_entry_per_distinct_gram():
+    (x,) = char_ngrams([["abab", "b"]], n=2, dim=2048)
+    assert x.is_sparse and x.shape == (2, 2048)
+    # " a", "ab", "ba", "ab", "b " -> 4 distinct grams; " b", "b " -> 2
+    assert torch.bincount(x.indices()[0]).tolist() == [4, 2]
+
+
 def test_char_ngrams_is_deterministic_across_calls():
     names = [["Berlin", "Paris", "Ab"], ["paris", "Rome"]]
-    a, b = char_ngrams(names), char_ngrams(names)
+    a, b = dense_ngrams(names), dense_ngrams(names)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert a[0].shape == (3, 2048) and a[1].shape == (2, 2048)
 
@@ -33,7 +44,7 @@ def test_char_ngrams_hand_computed_buckets_and_idf():
     """"ab" -> grams " a", "ab", "b " in buckets crc32(gram) % dim, weighted by
     idf = log((1 + N) / (1 + df)) + 1 over the N = 3 names of both graphs."""
     dim = 2048
-    x_s, x_t = char_ngrams([["ab"], ["AB", "cd"]], n=2, dim=dim)
+    x_s, x_t = dense_ngrams([["ab"], ["AB", "cd"]], n=2, dim=dim)
     b = {g: zlib.crc32(g.encode()) % dim for g in (" a", "ab", "b ", " c", "cd", "d ")}
     assert len(set(b.values())) == 6  # no collision in this example
     idf_shared = math.log(4 / 3) + 1  # df = 2 ("ab" and "AB")
@@ -48,20 +59,20 @@ def test_char_ngrams_hand_computed_buckets_and_idf():
 
 
 def test_char_ngrams_counts_repeated_grams():
-    (x,) = char_ngrams([["aaa"]], n=2, dim=64)
+    (x,) = dense_ngrams([["aaa"]], n=2, dim=64)
     # " a", "aa", "aa", "a ": the "aa" bucket holds 2 x idf, idf = log(2/2) + 1 = 1
     assert x[0, zlib.crc32(b"aa") % 64].item() == pytest.approx(2.0)
     assert x.sum().item() == pytest.approx(4.0)
 
 
 def test_char_ngrams_same_name_in_both_graphs_has_cosine_one():
-    x_s, x_t = char_ngrams([["Berlin", "Paris"], ["Rome", "PARIS", "berlin"]])
+    x_s, x_t = dense_ngrams([["Berlin", "Paris"], ["Rome", "PARIS", "berlin"]])
     assert cos(x_s[0], x_t[2]) == pytest.approx(1.0, abs=1e-6)
     assert cos(x_s[1], x_t[1]) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_char_ngrams_different_names_differ():
-    x_s, x_t = char_ngrams([["Berlin", "Paris"], ["Rome", "Parma"]])
+    x_s, x_t = dense_ngrams([["Berlin", "Paris"], ["Rome", "Parma"]])
     assert cos(x_s[0], x_t[0]) < 0.5
     assert cos(x_s[1], x_t[0]) < 0.5
     assert 0.0 < cos(x_s[1], x_t[1]) < 0.9  # shares " p", "pa", "ar"

@@ -15,7 +15,7 @@ random weights :math:`W_l \\sim \\mathcal{N}(0, 1/d)`, ReLU as :math:`\\sigma`, 
 :math:`b_l \\sim \\mathcal{N}(0, \\beta^2/d)` is the one addition: the paper's reference code
 adds one to its weight-free layers, and it is worth several points on featureless graphs.
 
-Layer 1 propagates :math:`F^{(0)} = \mathrm{norm}(X)`, where the paper's Algorithm 1
+Layer 1 propagates :math:`F^{(0)} = \\mathrm{norm}(X)`, where the paper's Algorithm 1
 propagates the raw :math:`X`: so a neighbour's share of a sum does not depend on the scale of
 its input row (raw attribute counts, word counts of names). Measured with no config file,
 raw against normalised: yeast (10 runs) 82.9 / 77.6 / 74.1 / 65.7 / 57.8 against 82.5 / 77.9

@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 
 
 def char_ngrams(names: list[list[str]], n: int = 2, dim: int = 2048) -> list[torch.Tensor]:
-    """Hashed character ``n``-gram TF-IDF vectors of width ``dim`` for each list of names.
+    """Hashed character ``n``-gram TF-IDF vectors of width ``dim`` for each list of names, as
+    sparse (COO) ``[len(names[i]), dim]`` tensors: a name holds a few dozen grams, so a
+    million names take tens of MiB, not the 8 GiB of a dense matrix.
 
     A name is lower-cased and padded with one space on each side, so word boundaries form
     n-grams too. Buckets are ``crc32(gram) mod dim`` (stable across processes, unlike
-    ``hash``); IDF is computed over the names of both graphs together.
+    ``hash``; scikit-learn's ``HashingVectorizer`` would pad and hash differently and move
+    every score); IDF is computed over the names of both graphs together.
     """
     if n < 1 or dim < 1:
         raise ValueError(f"n-gram size and width must be >= 1, got n={n}, dim={dim}")
@@ -56,11 +59,17 @@ def char_ngrams(names: list[list[str]], n: int = 2, dim: int = 2048) -> list[tor
     idf = torch.from_numpy(np.log((1 + total) / (1 + df)) + 1).float()
     out = []
     for rows, cols, n_rows in coo:
-        x = torch.zeros(n_rows, dim)
-        x.index_put_((torch.from_numpy(rows), torch.from_numpy(cols)),
-                      torch.ones(len(rows)), accumulate=True)
-        out.append(x * idf)
+        at = torch.from_numpy(np.stack([rows, cols]))
+        x = torch.sparse_coo_tensor(at, torch.ones(len(rows)), (n_rows, dim)).coalesce()
+        out.append(torch.sparse_coo_tensor(x.indices(), x.values() * idf[x.indices()[1]],
+                                           x.shape, is_coalesced=True))
     return out
+
+
+def dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a dense tensor (sparse n-gram features are densified only when asked to keep
+    their full width)."""
+    return x.to_dense() if x.is_sparse else x
 
 
 def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None,
@@ -136,7 +145,7 @@ def random_projection(xs: list[torch.Tensor], dim: int, seed: int = 0) -> list[t
     d = xs[0].size(1)
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(d, dim, generator=gen) / math.sqrt(dim)
-    return [x @ w for x in xs]
+    return [torch.sparse.mm(x, w) if x.is_sparse else x @ w for x in xs]
 
 
 def anchors(n_s: int, n_t: int, seeds_s: torch.Tensor, seeds_t: torch.Tensor, dim: int,
@@ -219,12 +228,15 @@ def validate(x: torch.Tensor, graph: Graph) -> None:
     allowed and logged: such a node is described by its neighbours' features and by the
     anchors, from the first layer on (attributed networks commonly leave some nodes empty).
     """
-    bad = ~torch.isfinite(x).all(dim=1)
-    if bad.any():
-        i = int(bad.nonzero()[0])
-        raise InputError(f"{graph.source}: node {graph.ids[i].as_py()!r} has a NaN or "
-                         "infinite feature")
-    zero = (x == 0).all(dim=1)
+    if x.is_sparse:  # coalesced n-grams: finite by construction, a row without entries is zero
+        zero = torch.bincount(x.indices()[0], minlength=x.size(0)) == 0
+    else:
+        bad = ~torch.isfinite(x).all(dim=1)
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            raise InputError(f"{graph.source}: node {graph.ids[i].as_py()!r} has a NaN or "
+                             "infinite feature")
+        zero = (x == 0).all(dim=1)
     if zero.any():
         i = int(zero.nonzero()[0])
         log.warning("%s: %d nodes have no features (all-zero rows; the first is %r): they "

@@ -143,9 +143,9 @@ def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]
                 raise InputError(f"{g.source}: features.kind = 'names' but the graph has no "
                                  "names")
         xs = features.char_ngrams([s.names, t.names], fc.ngram, fc.ngram_dim)
-        if fc.encoder:
+        if fc.encoder:  # the sentence vectors are dense: so is their concatenation
             enc = [features.sentence_vectors(g.names) for g in (s, t)]
-            xs = [torch.cat([torch.nn.functional.normalize(a, dim=-1), b], dim=1)
+            xs = [torch.cat([torch.nn.functional.normalize(a.to_dense(), dim=-1), b], dim=1)
                   for a, b in zip(xs, enc)]
     elif kind == "degree-onehot":
         xs = features.degree_onehot([features.degrees(s), features.degrees(t)])
@@ -155,7 +155,7 @@ def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]
         features.validate(x, g)
     if fc.project_dim and fc.project_dim < xs[0].size(1):
         xs = features.random_projection(xs, fc.project_dim, cfg.seed)
-    return xs[0], xs[1]
+    return features.dense(xs[0]), features.dense(xs[1])
 
 
 def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
