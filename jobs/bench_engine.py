@@ -69,7 +69,9 @@ def dbp_child(pair_name: str, seeds: bool, refine: bool, encoder: bool) -> dict:
 
     from tfgm_dist.config import AssignConfig
     from tfgm_dist.load import load_dbp15k
-    from tfgm_dist.pipeline import Pair, Stopwatch, decode, evaluate, score
+    from tfgm_dist.assign import decode
+    from tfgm_dist.pipeline import Pair, evaluate, score
+    from tfgm_dist.stopwatch import Stopwatch
     cfg = _dbp_config(encoder, refine)
     watch = Stopwatch()
     with watch.stage("load"):
@@ -104,7 +106,8 @@ def yeast_child(noise: int, runs: int) -> dict:
     from tfgm_dist.auto import align
     from tfgm_dist.config import Config
     from tfgm_dist.load import load_graph
-    from tfgm_dist.pipeline import Pair, Stopwatch, load_pair
+    from tfgm_dist.pipeline import Pair, load_pair
+    from tfgm_dist.stopwatch import Stopwatch
     accs, secs, stages, sure = [], [], [], []
     for run in range(runs):
         cfg = Config(seed=run)

@@ -12,6 +12,7 @@ import torch
 from tfgm_dist import auto, cli, estimate, features, pipeline
 from tfgm_dist.config import Config, from_dict
 from tfgm_dist.graph import Graph
+from tfgm_dist.stopwatch import Stopwatch
 from tfgm_dist.synth import write_pair
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -207,7 +208,7 @@ def test_bootstrapping_lifts_yeast_at_25_percent_noise_without_seeds():
 def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_improves(
         seeded_pair):
     cfg = from_dict({"bootstrap": {"rounds": 2}})
-    final, _, prepared = auto.prepare(seeded_pair, cfg, pipeline.Stopwatch())
+    final, _, prepared = auto.prepare(seeded_pair, cfg, Stopwatch())
     report = prepared.report["bootstrap"]
     tried = report["tried"]
     assert 1 <= len(tried) <= 2 and report["rounds"] in (len(tried), len(tried) - 1)
@@ -218,7 +219,7 @@ def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_
         assert not np.isin(final.hints[1], seeded_pair.seeds[1]).any()
     else:
         assert final.hints is None
-    unset, _, _ = auto.prepare(seeded_pair, Config(), pipeline.Stopwatch())
+    unset, _, _ = auto.prepare(seeded_pair, Config(), Stopwatch())
     assert unset.hints is None  # with seeds, off unless asked for
 
 

@@ -90,8 +90,8 @@ def test_output_outside_the_declared_root_is_refused(pair, tmp_path, capsys):
 
 def test_a_dense_hungarian_too_big_for_memory_is_refused_naming_the_sparse_solver(
         pair, tmp_path, monkeypatch):
-    from tfgm_dist import pipeline
-    monkeypatch.setattr(pipeline, "DENSE_MAX_BYTES", 1 << 20)
+    from tfgm_dist import assign
+    monkeypatch.setattr(assign, "DENSE_MAX_BYTES", 1 << 20)
     cfg = with_overrides(Config(), **{"assign.method": "one-to-one",
                                       "assign.one_to_one": "hungarian",
                                       "job.source": str(pair["source"]),

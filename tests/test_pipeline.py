@@ -1,4 +1,4 @@
-"""The single-process pipeline end to end: load_pair, score, align, decode, match_table.
+"""The single-process pipeline end to end: load_pair, score, align, decode, the match table.
 
 Real components only: graphs written to disk and read back, real FAISS search, real
 refinement and assignment. Small inputs (synthetic pairs of 2,000 nodes, the 1,004-node
@@ -18,10 +18,13 @@ import pytest
 import torch
 
 from tfgm_dist import pipeline
+from tfgm_dist.assign import dense_assignment
 from tfgm_dist.config import from_dict
 from tfgm_dist.graph import InputError
 from tfgm_dist.load import load_dbp15k, load_graph
+from tfgm_dist.stopwatch import Stopwatch
 from tfgm_dist.synth import write_pair
+from tfgm_dist.write import match_table
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 YEAST = DATA / "yeast_ppi"
@@ -112,7 +115,7 @@ def test_load_pair_names_an_unknown_gold_id(synth, tmp_path):
 
 
 def test_stopwatch_accumulates_seconds_per_stage():
-    watch = pipeline.Stopwatch()
+    watch = Stopwatch()
     with watch.stage("a"):
         time.sleep(0.02)
     with watch.stage("b"):
@@ -131,7 +134,7 @@ def test_stopwatch_accumulates_seconds_per_stage():
 def test_align_reports_metrics_and_matches_an_easy_pair(synth):
     cfg = from_dict({})  # given features: the synthetic pair is easy
     pair = pipeline.load_pair(synth["source"], synth["target"], cfg, gold=synth["gold"])
-    watch = pipeline.Stopwatch()
+    watch = Stopwatch()
     result = pipeline.align(pair, cfg, watch)
     assert {"features", "embed", "search", "assign"} <= set(watch.seconds)
     assert "refine" not in watch.seconds  # refinement is off by default
@@ -176,7 +179,7 @@ def hard(synth):
                          "assign": {"method": method, "one_to_one": solver}})
         pair = pipeline.load_pair(synth["source"], synth["target"], cfg, gold=synth["gold"])
         result = pipeline.align(pair, cfg)
-        return result, pipeline.match_table(pair, result, 1)
+        return result, match_table(pair, result, 1)
     return run
 
 
@@ -221,7 +224,7 @@ def test_match_table_top_k_ranks_and_user_ids(synth, gold_map):
     cfg = from_dict({"top_k": 5})
     pair = pipeline.load_pair(synth["source"], synth["target"], cfg)
     result = pipeline.align(pair, cfg)
-    table = pipeline.match_table(pair, result, 5)
+    table = match_table(pair, result, 5)
     assert table.column_names == ["source_id", "target_id", "rank", "score", "confidence"]
     assert table.num_rows == 5 * 2000
     df = table.sort_by([("source_id", "ascending"), ("rank", "ascending")]).to_pydict()
@@ -270,7 +273,7 @@ def test_dbp15k_zh_en_semi_supervised_with_name_features(tmp_path):
     assert m["evaluated"] == 10500
     assert m["hits@1"] > 70, m
     assert m["hits@10"] >= m["hits@1"]
-    table = pipeline.match_table(pair, result, 1)
+    table = match_table(pair, result, 1)
     assert table.num_rows == 10500
     assert set(table.column("source_id").to_pylist()) == set(s_ids[4500:])
     assert set(table.column("target_id").to_pylist()) <= set(t_ids[4500:])
@@ -278,7 +281,6 @@ def test_dbp15k_zh_en_semi_supervised_with_name_features(tmp_path):
 
 def test_one_to_one_picks_the_dense_hungarian_by_matrix_size_not_by_the_longer_side():
     from tfgm_dist.config import AssignConfig
-    from tfgm_dist.pipeline import dense_assignment
     ac = AssignConfig(method="one-to-one")
     assert dense_assignment(ac, 10_000, 10)  # 100,000 cells: the auction took minutes here
     assert dense_assignment(ac, 2_000, 2_000)

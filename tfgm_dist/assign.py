@@ -2,7 +2,8 @@
 
 Every decoder reads the sparse top-k :class:`~tfgm_dist.search.Candidates` (or, for the
 Hungarian method on small graphs, a dense score matrix) and returns ``[n_s]`` int64 target
-numbers, ``-1`` where a source gets no target.
+numbers, ``-1`` where a source gets no target. :func:`decode` is the stage: it picks the
+decoder that ``[assign]`` names for a scored pair (the dense Hungarian by the matrix's size).
 
 Ties: nothing here breaks ties on node numbers. Equal scores are resolved by the position in
 the candidate list (``argmax``, ``mutual``) or by the solver's own order (scipy), so the
@@ -11,13 +12,23 @@ pipeline's seeded shuffle of the target numbering is what keeps ties from favour
 from __future__ import annotations
 
 import logging
+import os
+from typing import TYPE_CHECKING
 
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from .config import AssignConfig
+from .graph import InputError
 from .search import Candidates
 
+if TYPE_CHECKING:
+    from .pipeline import Scored
+
 log = logging.getLogger(__name__)
+
+# The dense Hungarian refuses matrices above a quarter of this machine's memory.
+DENSE_MAX_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
 
 ONE_TO_ONE_METHODS = ("auto", "hungarian", "sparse", "sinkhorn")
 
@@ -239,3 +250,48 @@ def _check_no_repeats(index: torch.Tensor, edge: torch.Tensor) -> None:
     ordered = index.masked_fill(~edge, -1).sort(dim=1).values
     if ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any():
         raise ValueError("a candidate list names the same target twice")
+
+
+def dense_assignment(cfg: AssignConfig, rows: int, targets: int) -> bool:
+    """Whether ``one-to-one`` decoding runs the dense Hungarian on these sizes: asked for, or
+    with ``auto`` when the matrix has at most ``dense_max_nodes ** 2`` cells (by its size, not
+    its longer side: 10,000 sources x 10 targets is a small matrix, and the sparse auction
+    on it ran for minutes)."""
+    return cfg.method == "one-to-one" and (
+        cfg.one_to_one == "hungarian"
+        or cfg.one_to_one == "auto" and rows * targets <= cfg.dense_max_nodes ** 2)
+
+
+def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoded target of every output row (``-1`` when it gets none) and its score."""
+    rows, forward = scored.rows, scored.forward
+    c = forward.take_rows(rows)
+    if ac.method == "argmax":
+        return argmax(c), c.scores[:, 0]
+    if ac.method == "mutual":
+        best = mutual(forward, scored.backward)
+        return best[rows], c.scores[:, 0]
+    if dense_assignment(ac, rows.numel(), scored.targets.size):
+        cols = torch.from_numpy(scored.targets)
+        need = rows.numel() * scored.num_targets * 12  # float32 scores + float64 costs
+        if need > DENSE_MAX_BYTES:
+            raise InputError(
+                f"assign.one_to_one = 'hungarian' needs a dense {rows.numel()} x "
+                f"{scored.num_targets} matrix ({need / 2**30:.1f} GiB, limit "
+                f"{DENSE_MAX_BYTES / 2**30:.1f} GiB = a quarter of this machine's memory); "
+                "use assign.one_to_one = 'sparse', which assigns over the top-k candidates")
+        if scored.refined:  # refined scores exist on the candidates only; elsewhere they are 0
+            dense = torch.zeros(rows.numel(), scored.num_targets)
+            valid = c.index >= 0
+            r = torch.arange(rows.numel())[:, None].expand_as(c.index)
+            dense[r[valid], c.index[valid]] = c.scores[valid]
+            dense = dense[:, cols]
+        else:
+            dense = scored.o_s[rows] @ scored.o_t[cols].T
+        picked = hungarian(dense, max_bytes=DENSE_MAX_BYTES)  # checked above
+        match_score = dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
+        return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
+    matched = one_to_one(c, scored.num_targets,
+                         method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
+    match_score = torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
+    return matched, match_score

@@ -36,7 +36,8 @@ import torch
 
 from . import estimate, metrics, pipeline
 from .config import Config, with_overrides
-from .pipeline import Pair, Result, Stopwatch, channels, embeddings, feature_kind, operators, plan
+from .pipeline import Pair, Result, channels, embeddings, feature_kind, operators, plan
+from .stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
 

@@ -46,11 +46,12 @@ from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_
 from .graph import InputError
 from .partition import Partition, partition
 from .features import Channel
-from .pipeline import (Pair, Plan, Scored, Stopwatch, channels, conclude, dense_assignment,
-                       match_table, operators, peak_rss_bytes, plan, refined, scale,
+from .assign import dense_assignment
+from .pipeline import (Pair, Plan, Scored, channels, conclude, operators, plan, refined, scale,
                        search_options)
 from .search import (IVF_KINDS, Candidates, build_index, exact_best, probe, probe_rows, search,
                      set_nprobe, tune_nprobe)
+from .stopwatch import Stopwatch, peak_rss_bytes
 
 log = logging.getLogger("tfgm_dist")
 
@@ -340,7 +341,7 @@ def _write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: int,
                 min_confidence: float, run: dict) -> tuple:
     """Write source part ``q``'s rows as file ``q`` of the staged dataset."""
     start, usage = time.perf_counter(), Usage(f"write {q}")
-    entry = write.write_matches(stage, match_table(pair, piece, top_k, min_confidence), run,
+    entry = write.write_matches(stage, write.match_table(pair, piece, top_k, min_confidence), run,
                                 part=q)
     usage.add("write", start)
     return entry, usage.report()

@@ -27,7 +27,8 @@ from . import auto, checkpoint, write
 from .config import Config
 from .graph import InputError
 from .load import fetch
-from .pipeline import Pair, Result, Stopwatch, load_pair, match_table, peak_rss_bytes
+from .pipeline import Pair, Result, load_pair
+from .stopwatch import Stopwatch, peak_rss_bytes
 
 if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
     from .distributed import Progress
@@ -88,7 +89,7 @@ def _kept(result: Result, pair: Pair, cfg: Config, watch: Stopwatch, stage: writ
         checkpoint.save_piece(resume, 0, result)
         checkpoint.save_done(resume, result.metrics, 1)
     with watch.stage("write"):
-        files = [write.write_matches(stage, match_table(pair, result, cfg.top_k,
+        files = [write.write_matches(stage, write.match_table(pair, result, cfg.top_k,
                                                         cfg.assign.min_confidence), about)]
     return result.metrics, files
 
@@ -192,7 +193,7 @@ def _resumed(pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
     log.info("resuming from %s: an earlier run of this job got past the assign stage", resume)
     quality, parts = done
     with watch.stage("resume"), watch.stage("write"):
-        files = [write.write_matches(stage, match_table(
+        files = [write.write_matches(stage, write.match_table(
             pair, checkpoint.load_piece(resume, q), cfg.top_k, cfg.assign.min_confidence),
             about, part=q) for q in range(parts)]
     return quality, files

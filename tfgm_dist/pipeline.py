@@ -15,61 +15,22 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import resource
-import signal
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from . import assign, features, metrics
-from .config import AssignConfig, Config
+from .config import Config
 from .embed import EmbedConfig, Operator, embed, graph_operator, layer_params, whole
 from .graph import Graph, InputError
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
 from .search import Candidates, top_k
+from .stopwatch import Stopwatch
 
 log = logging.getLogger("tfgm_dist")
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process and its waited-for children (Linux: KiB units)."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) * 1024
-
-
-# The dense Hungarian refuses matrices above a quarter of this machine's memory.
-DENSE_MAX_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
-
-
-@dataclass
-class Stopwatch:
-    """Seconds per stage, logged as each stage ends.
-
-    ``TFGM_FAILPOINT=<stage>`` kills this process (SIGKILL) as that stage starts: the fault
-    tests use it to crash a run at a chosen point, as an OOM kill or a lost node would.
-    """
-
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        if os.environ.get("TFGM_FAILPOINT") == name:
-            os.kill(os.getpid(), signal.SIGKILL)
-        log.info("%s ...", name)
-        start = time.perf_counter()
-        yield
-        took = time.perf_counter() - start
-        self.seconds[name] = self.seconds.get(name, 0.0) + took
-        log.info("%s done in %.2f s (peak RSS %.0f MiB)", name, took, peak_rss_bytes() / 2**20)
 
 
 @dataclass(frozen=True)
@@ -329,7 +290,7 @@ def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operat
 def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Result:
     """The assign stage, and the metrics when gold pairs are given."""
     with watch.stage("assign"):
-        matched, match_score = decode(scored, cfg.assign)
+        matched, match_score = assign.decode(scored, cfg.assign)
     mutual = None
     if scored.backward is not None:
         back = assign.argmax(scored.backward)
@@ -348,51 +309,6 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
     """Run every stage but load and write on a loaded pair; metrics when gold is given."""
     watch = watch or Stopwatch()
     return conclude(pair, score(pair, cfg, watch), cfg, watch)
-
-
-def dense_assignment(cfg: AssignConfig, rows: int, targets: int) -> bool:
-    """Whether ``one-to-one`` decoding runs the dense Hungarian on these sizes: asked for, or
-    with ``auto`` when the matrix has at most ``dense_max_nodes ** 2`` cells (by its size, not
-    its longer side: 10,000 sources x 10 targets is a small matrix, and the sparse auction
-    on it ran for minutes)."""
-    return cfg.method == "one-to-one" and (
-        cfg.one_to_one == "hungarian"
-        or cfg.one_to_one == "auto" and rows * targets <= cfg.dense_max_nodes ** 2)
-
-
-def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """The decoded target of every output row (``-1`` when it gets none) and its score."""
-    rows, forward = scored.rows, scored.forward
-    c = forward.take_rows(rows)
-    if ac.method == "argmax":
-        return assign.argmax(c), c.scores[:, 0]
-    if ac.method == "mutual":
-        best = assign.mutual(forward, scored.backward)
-        return best[rows], c.scores[:, 0]
-    if dense_assignment(ac, rows.numel(), scored.targets.size):
-        cols = torch.from_numpy(scored.targets)
-        need = rows.numel() * scored.num_targets * 12  # float32 scores + float64 costs
-        if need > DENSE_MAX_BYTES:
-            raise InputError(
-                f"assign.one_to_one = 'hungarian' needs a dense {rows.numel()} x "
-                f"{scored.num_targets} matrix ({need / 2**30:.1f} GiB, limit "
-                f"{DENSE_MAX_BYTES / 2**30:.1f} GiB = a quarter of this machine's memory); "
-                "use assign.one_to_one = 'sparse', which assigns over the top-k candidates")
-        if scored.refined:  # refined scores exist on the candidates only; elsewhere they are 0
-            dense = torch.zeros(rows.numel(), scored.num_targets)
-            valid = c.index >= 0
-            r = torch.arange(rows.numel())[:, None].expand_as(c.index)
-            dense[r[valid], c.index[valid]] = c.scores[valid]
-            dense = dense[:, cols]
-        else:
-            dense = scored.o_s[rows] @ scored.o_t[cols].T
-        picked = assign.hungarian(dense, max_bytes=DENSE_MAX_BYTES)  # checked above
-        match_score = dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
-        return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
-    matched = assign.one_to_one(c, scored.num_targets,
-                                method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
-    match_score = torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
-    return matched, match_score
 
 
 def evaluate(forward: Candidates, rows: torch.Tensor, matched: torch.Tensor,
@@ -414,38 +330,3 @@ def evaluate(forward: Candidates, rows: torch.Tensor, matched: torch.Tensor,
     full[rows] = matched
     out["accuracy"] = metrics.accuracy(full, gold_s, gold_t)
     return out
-
-
-def match_table(pair: Pair, result: Result, top_k: int, min_confidence: float = 0.0
-                ) -> pa.Table:
-    """Rows ``(source_id, target_id, rank, score, confidence)`` in the user's ids.
-
-    Rank 1 is the decoded match (for ``argmax`` simply the best candidate) with its
-    confidence; ranks 2 .. ``top_k`` are the next best other candidates (confidence null).
-    A source that the decoding left without a target (``mutual`` or ``one-to-one``) gets one
-    row of rank 1 with a null target, score and confidence. With ``min_confidence`` > 0 only
-    sources whose match has at least that confidence are written.
-    """
-    c, matched = result.candidates, result.matched
-    others = Candidates.sorted(c.scores, c.index.masked_fill(c.index == matched[:, None], -1))
-    index = torch.cat([matched[:, None], others.index[:, :top_k - 1]], 1)
-    scores = torch.cat([result.matched_score[:, None], others.scores[:, :top_k - 1]], 1)
-    conf = torch.full(index.shape, torch.nan)
-    if result.confidence is not None:
-        conf[:, 0] = result.confidence
-    keep = (index >= 0) & (matched >= 0)[:, None]
-    keep[:, 0] = True
-    if min_confidence > 0:
-        keep &= (conf[:, :1] >= min_confidence)  # NaN (unmatched, uncalibrated) fails
-    r = torch.arange(index.size(0))[:, None].expand_as(index)
-    rank = torch.arange(1, index.size(1) + 1, dtype=torch.int32)[None, :].expand_as(index)
-    found = index[keep] >= 0
-    return pa.table({
-        "source_id": pair.source.ids.take(pa.array(result.rows[r[keep]].numpy())),
-        "target_id": pair.target.ids.take(pa.array(index[keep].clamp(min=0).numpy(),
-                                                   mask=~found.numpy())),
-        "rank": pa.array(rank[keep].numpy()),
-        "score": pa.array(scores[keep].numpy().astype(np.float32), mask=~found.numpy()),
-        "confidence": pa.array(conf[keep].numpy().astype(np.float32),
-                               mask=np.isnan(conf[keep].numpy())),
-    })

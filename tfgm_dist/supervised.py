@@ -53,10 +53,10 @@ from .config import Config, FeatureConfig
 from .embed import EmbedConfig, Operator, graph_operator, whole
 from .graph import Graph, InputError
 from .load import load_graph, load_labels
-from .pipeline import (Pair, Result, Stopwatch, align, channels, embeddings, operators,
-                       search_options)
+from .pipeline import Pair, Result, align, channels, embeddings, operators, search_options
 from .refine import refine
 from .search import Candidates, build_index, search
+from .stopwatch import Stopwatch
 
 LABEL_SUFFIXES = (".labels", ".labels.parquet")
 

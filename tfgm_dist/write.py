@@ -27,13 +27,19 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import torch
 
 from .graph import InputError
+from .search import Candidates
+
+if TYPE_CHECKING:
+    from .pipeline import Pair, Result
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +261,41 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def match_table(pair: Pair, result: Result, top_k: int, min_confidence: float = 0.0
+                ) -> pa.Table:
+    """Rows ``(source_id, target_id, rank, score, confidence)`` in the user's ids.
+
+    Rank 1 is the decoded match (for ``argmax`` simply the best candidate) with its
+    confidence; ranks 2 .. ``top_k`` are the next best other candidates (confidence null).
+    A source that the decoding left without a target (``mutual`` or ``one-to-one``) gets one
+    row of rank 1 with a null target, score and confidence. With ``min_confidence`` > 0 only
+    sources whose match has at least that confidence are written.
+    """
+    c, matched = result.candidates, result.matched
+    others = Candidates.sorted(c.scores, c.index.masked_fill(c.index == matched[:, None], -1))
+    index = torch.cat([matched[:, None], others.index[:, :top_k - 1]], 1)
+    scores = torch.cat([result.matched_score[:, None], others.scores[:, :top_k - 1]], 1)
+    conf = torch.full(index.shape, torch.nan)
+    if result.confidence is not None:
+        conf[:, 0] = result.confidence
+    keep = (index >= 0) & (matched >= 0)[:, None]
+    keep[:, 0] = True
+    if min_confidence > 0:
+        keep &= (conf[:, :1] >= min_confidence)  # NaN (unmatched, uncalibrated) fails
+    r = torch.arange(index.size(0))[:, None].expand_as(index)
+    rank = torch.arange(1, index.size(1) + 1, dtype=torch.int32)[None, :].expand_as(index)
+    found = index[keep] >= 0
+    return pa.table({
+        "source_id": pair.source.ids.take(pa.array(result.rows[r[keep]].numpy())),
+        "target_id": pair.target.ids.take(pa.array(index[keep].clamp(min=0).numpy(),
+                                                   mask=~found.numpy())),
+        "rank": pa.array(rank[keep].numpy()),
+        "score": pa.array(scores[keep].numpy().astype(np.float32), mask=~found.numpy()),
+        "confidence": pa.array(conf[keep].numpy().astype(np.float32),
+                               mask=np.isnan(conf[keep].numpy())),
+    })
 
 
 def write_matches(stage: Location, matches: pa.Table, run: dict[str, Any], part: int = 0,
