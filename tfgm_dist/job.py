@@ -89,8 +89,8 @@ def _kept(result: Result, pair: Pair, cfg: Config, watch: Stopwatch, stage: writ
         checkpoint.save_piece(resume, 0, result)
         checkpoint.save_done(resume, result.metrics, 1)
     with watch.stage("write"):
-        files = [write.write_matches(stage, write.match_table(pair, result, cfg.top_k,
-                                                        cfg.assign.min_confidence), about)]
+        table = write.match_table(pair, result, cfg.top_k, cfg.assign.min_confidence)
+        files = [write.write_matches(stage, table, about)]
     return result.metrics, files
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +98,30 @@ def load_graph(path: str | Path, fmt: str | None = None) -> Graph:
     if fmt not in loaders:
         raise InputError(f"{path}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return loaders[fmt](path)
+
+
+def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
+                      name: str = "<table>") -> Graph:
+    """A graph from Arrow tables with the columns of the Parquet layout (``edges``: ``src``,
+    ``dst``, optional ``weight``; ``nodes``: ``id``, optional ``name`` or ``features``),
+    checked as files are; ``name`` stands for the tables in error messages."""
+    edges_at, nodes_at = Path(f"{name} edges"), Path(f"{name} nodes")
+    checked = None if nodes is None else _node_table(nodes, nodes_at)
+    columns = _edge_columns(edges.column_names, edges_at)
+    return _layout_graph(edges.select(columns).to_batches(), columns, edges_at, checked,
+                         nodes_at, name)
+
+
+def pairs_from_table(table: pa.Table, source: Graph, target: Graph,
+                     what: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`load_pairs` for an Arrow table: its first two columns, in the user's ids."""
+    if table.num_columns < 2:
+        raise InputError(f"{what}: expected two columns (source id, target id), got "
+                         f"{table.num_columns}")
+    rows = _Rows(Path(f"<{what}>"), [_no_nulls(table.column(j).combine_chunks(),
+                                              Path(f"<{what}>"), table.column_names[j], 0)
+                                     for j in range(2)])
+    return _node_numbers(rows, 0, source, what), _node_numbers(rows, 1, target, what)
 
 
 def load_pairs(path: str | Path, source: Graph, target: Graph,
@@ -231,10 +255,17 @@ def _load_parquet_dir(path: Path) -> Graph:
     nodes = _read_nodes(nodes_path) if nodes_path.exists() else None
     edges_path = path / "edges.parquet"
     edges = _parquet_file(edges_path)
-    columns = _parquet_edge_columns(edges, edges_path)
+    columns = _edge_columns(edges.schema_arrow.names, edges_path)
+    return _layout_graph(_batches(edges, edges_path, columns), columns, edges_path, nodes,
+                         nodes_path, str(path))
+
+
+def _layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_path: Path,
+                  nodes: pa.Table | None, nodes_path: Path, source: str) -> Graph:
+    """The graph of the Parquet layout's edge batches and checked node table."""
     node_ids = None if nodes is None else nodes.column("id").combine_chunks()
     src_parts, dst_parts, weight_parts, offset = [], [], [], 0
-    for batch in _batches(edges, edges_path, columns):
+    for batch in batches:
         rows = _Rows(edges_path, [_no_nulls(batch.column(c), edges_path, c, offset)
                                   for c in columns], offset=offset)
         src_parts.append(_id_column(rows, 0, "src"))
@@ -250,11 +281,11 @@ def _load_parquet_dir(path: Path) -> Graph:
         if src.type != dst.type:
             raise InputError(f"{edges_path}: src ids are {src.type} but dst ids are {dst.type}")
         ids, s, d = _factorize(src, dst)
-        return _graph(ids, s, d, str(path), weight=weight)
+        return _graph(ids, s, d, source, weight=weight)
     # one lookup table for the whole file: building it per batch was most of a 1M-node load
     rows = _Rows(edges_path, [src, dst])
     return _graph(node_ids, _codes_in(rows, 0, node_ids, nodes_path),
-                  _codes_in(rows, 1, node_ids, nodes_path), str(path), weight=weight,
+                  _codes_in(rows, 1, node_ids, nodes_path), source, weight=weight,
                   names=_node_names(nodes, nodes_path), features=_node_features(nodes, nodes_path))
 
 
@@ -469,8 +500,7 @@ def _batches(file: pq.ParquetFile, path: Path, columns: list[str]) -> Iterator[p
         yield batch
 
 
-def _parquet_edge_columns(edges: pq.ParquetFile, path: Path) -> list[str]:
-    names = edges.schema_arrow.names
+def _edge_columns(names: list[str], path: Path) -> list[str]:
     missing = [c for c in ("src", "dst") if c not in names]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; "
@@ -479,9 +509,14 @@ def _parquet_edge_columns(edges: pq.ParquetFile, path: Path) -> list[str]:
 
 
 def _read_nodes(path: Path) -> pa.Table:
-    """``nodes.parquet`` with a distinct, non-null ``id`` column normalised to int64/string."""
+    """``nodes.parquet``, checked by :func:`_node_table`."""
     with _reading(path):
         table = _parquet_file(path).read()
+    return _node_table(table, path)
+
+
+def _node_table(table: pa.Table, path: Path) -> pa.Table:
+    """``table`` with a distinct, non-null ``id`` column normalised to int64/string."""
     if "id" not in table.column_names:
         raise InputError(f"{path}: missing column id; has {', '.join(table.column_names)}")
     rows = _Rows(path, [_no_nulls(table.column("id").combine_chunks(), path, "id", 0)])
