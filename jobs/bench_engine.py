@@ -68,7 +68,7 @@ def dbp_child(pair_name: str, seeds: bool, refine: bool, encoder: bool) -> dict:
     import torch
 
     from tfgm_dist.config import AssignConfig
-    from tfgm_dist.load import load_dbp15k
+    from jobs.dbp15k import load_dbp15k
     from tfgm_dist.assign import decode
     from tfgm_dist.pipeline import Pair, evaluate, score
     from tfgm_dist.stopwatch import Stopwatch
@@ -146,7 +146,7 @@ def prepare_dbp(pair_name: str, folder: Path) -> dict[str, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tfgm_dist.load import load_dbp15k
+    from jobs.dbp15k import load_dbp15k
     src, tgt, ref = load_dbp15k(DATA / "dbp15k" / pair_name)
     paths = {}
     for name, g in (("source", src), ("target", tgt)):

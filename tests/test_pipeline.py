@@ -17,11 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from jobs.dbp15k import load_dbp15k
 from tfgm_dist import pipeline
 from tfgm_dist.assign import dense_assignment
 from tfgm_dist.config import from_dict
 from tfgm_dist.graph import InputError
-from tfgm_dist.load import load_dbp15k, load_graph
+from tfgm_dist.load import load_graph
 from tfgm_dist.stopwatch import Stopwatch
 from tfgm_dist.synth import write_pair
 from tfgm_dist.write import match_table

@@ -1,14 +1,14 @@
 """Stage 1, load: every input format to the same canonical :class:`Graph`.
 
 Formats: plain edge lists, knowledge-graph triples, LEDA ``.gw``, a Parquet directory layout,
-and the DBP15k benchmark. The user's ids (ints or strings) are kept beside contiguous node
-numbers; self-loops and duplicate edges are dropped and counted in ``Graph.stats``. Every
+and Arrow tables with its columns (the DBP15k importer of the benchmarks, ``jobs/dbp15k.py``,
+is built on them). The user's ids (ints or strings) are kept beside contiguous node numbers;
+self-loops and duplicate edges are dropped and counted in ``Graph.stats``. Every
 malformed input raises :class:`InputError` with one line naming the file and the line (text),
 row (Parquet) or id at fault.
 """
 from __future__ import annotations
 
-import json
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -152,30 +152,6 @@ def load_labels(path: str | Path, graph: Graph) -> list[str]:
     if path.is_dir():
         return _parquet_labels(path / "nodes.parquet")
     return _file_labels(path, graph)
-
-
-def load_dbp15k(pair_dir: str | Path,
-                names_json: str | Path | None = None) -> tuple[Graph, Graph, pa.Table]:
-    """Import one DBP15k pair directory: source graph, target graph and the gold pairs.
-
-    User ids are the integer entity ids of ``ent_ids_*`` (one integer space shared by both
-    KGs), nodes are in ``ent_ids_*`` order, and ``names`` are the machine-translated tokens of
-    ``names_json`` (default ``<pair_dir>/../translated_names/dbp_<pair>.json``) joined by
-    spaces. The table has columns ``source_id``, ``target_id`` in ``ref_ent_ids`` file order.
-    """
-    pair_dir = Path(pair_dir)
-    if not pair_dir.is_dir():
-        raise InputError(f"{pair_dir}: not a DBP15k pair directory")
-    if names_json is None:
-        names_json = pair_dir.parent / "translated_names" / f"dbp_{pair_dir.name}.json"
-    names = _read_dbp_names(Path(names_json))
-    source = _dbp_graph(pair_dir, "1", names)
-    target = _dbp_graph(pair_dir, "2", names)
-    what = "DBP15k reference pairs"
-    refs = _read_table(pair_dir / "ref_ent_ids", ncols=2, what=what)
-    pairs = pa.table({"source_id": source.ids.take(_node_numbers(refs, 0, source, what)),
-                      "target_id": target.ids.take(_node_numbers(refs, 1, target, what))})
-    return source, target, pairs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,46 +298,6 @@ def _parquet_labels(path: Path) -> list[str]:
     values = values.cast(pa.string())
     _check_unique(_Rows(path, [values]), values, "labels", "uses label")
     return values.to_pylist()
-
-
-def _dbp_graph(pair_dir: Path, k: str, names: dict[int, str]) -> Graph:
-    """One DBP15k KG from ``ent_ids_<k>`` (node order, URIs) and ``triples_<k>`` (edges)."""
-    entities = _read_text_rows(pair_dir / f"ent_ids_{k}", ncols=(2,), delim="\t")
-    ids = _ids_as(entities, 0, pa.int64(), "DBP15k entity ids")
-    _check_unique(entities, ids, "DBP15k entity ids", "lists entity")
-    node_names = [names.get(i) or _uri_name(uri)
-                  for i, uri in zip(ids.to_pylist(), entities.columns[1].to_pylist())]
-    triples = _read_text_rows(pair_dir / f"triples_{k}", ncols=(3,))
-    triples = _Rows(triples.path, [_ids_as(triples, 0, pa.int64(), "DBP15k triples"),
-                                   triples.columns[1],
-                                   _ids_as(triples, 2, pa.int64(), "DBP15k triples")],
-                    triples.lines)
-    return _graph(ids, _codes_in(triples, 0, ids, entities.path),
-                  _codes_in(triples, 2, ids, entities.path), str(triples.path),
-                  names=node_names,
-                  stats={"relations": pc.count_distinct(triples.columns[1]).as_py()})
-
-
-def _read_dbp_names(path: Path) -> dict[int, str]:
-    """The translated names file: a JSON list of ``[id, [tokens]]``, tokens joined by spaces."""
-    try:
-        entries = json.loads(_read_text(path))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} line {e.lineno}: invalid JSON ({e.msg})") from None
-    if not isinstance(entries, list):
-        raise InputError(f"{path}: expected a JSON list of [id, [tokens]]")
-    names = {}
-    for i, entry in enumerate(entries):
-        if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int
-                and isinstance(entry[1], list) and all(isinstance(t, str) for t in entry[1])):
-            raise InputError(f"{path}: entry {i + 1} is not [id, [tokens]]: {entry!r:.80}")
-        names[entry[0]] = " ".join(entry[1])
-    return names
-
-
-def _uri_name(uri: str) -> str:
-    """Fallback name of an entity: the last path segment of its URI, ``_`` read as a space."""
-    return uri.rstrip("/").rsplit("/", 1)[-1].replace("_", " ")
 
 
 # ---------------------------------------------------------------------------------------------
