@@ -459,3 +459,11 @@ def test_an_input_uri_that_does_not_exist_is_one_error_line(tmp_path, capsys):
     assert align("mock:///lake/source", "mock:///lake/target", out) == 2
     assert capsys.readouterr().err.strip() == "error: mock:///lake/source: no such file or folder"
     assert not out.exists()
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    from tfgm_dist import __version__
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tfgm-dist {__version__}"

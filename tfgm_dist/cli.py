@@ -13,6 +13,7 @@ import sys
 import tempfile
 from typing import Callable
 
+from . import __version__
 from .config import ASSIGN_METHODS, Config, load_config, with_overrides
 from .graph import InputError
 from .job import run_job
@@ -56,6 +57,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tfgm-dist", description=__doc__.splitlines()[0])
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("align", help="align SOURCE with TARGET")
