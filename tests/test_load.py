@@ -200,6 +200,28 @@ def test_parquet_with_nodes_names_and_features(tmp_path):
     assert g.features[3].tolist() == [0.5, 0.5]
 
 
+def test_parquet_part_file_folders_as_spark_writes_them_read_in_path_order(tmp_path):
+    directory = tmp_path / "graph"
+    for name, parts in (("edges.parquet", [{"src": [3, 1], "dst": [1, 2]},
+                                           {"src": [2], "dst": [4]}]),
+                        ("nodes.parquet", [{"id": [4, 3]}, {"id": [2, 1]}])):
+        folder = directory / name
+        (folder / "day=1").mkdir(parents=True)
+        for i, part in enumerate(parts):  # the second part in a partition folder
+            where = folder / "day=1" if i else folder
+            pq.write_table(pa.table(part), where / f"part-{i:05d}-9c1e.snappy.parquet")
+        (folder / "_SUCCESS").write_text("")
+        (folder / ".part-00000-9c1e.snappy.parquet.crc").write_bytes(b"\x00crc")
+    g = load_graph(directory)
+    # parts in sorted path order: day=1/part-00001 comes before part-00000
+    assert g.ids.to_pylist() == [2, 1, 4, 3]
+    assert edges(g) == [(2, 4), (3, 1), (1, 2)]
+    (directory / "edges.parquet" / "day=1" / "part-00001-9c1e.snappy.parquet").unlink()
+    (directory / "edges.parquet" / "part-00000-9c1e.snappy.parquet").unlink()
+    with raises(str(directory / "edges.parquet"), "without Parquet part files"):
+        load_graph(directory)
+
+
 def test_parquet_unknown_node_names_id_and_row(tmp_path):
     directory = parquet_dir(tmp_path, {"src": ["a", "b", "a"], "dst": ["b", "a", "q"]},
                             {"id": ["a", "b"]}, row_group_size=2)

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 import torch
 
 from tfgm_dist.graph import Graph, InputError
@@ -223,15 +223,16 @@ def _load_parquet_dir(path: Path) -> Graph:
 
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
     listed there; without it nodes are numbered in order of first appearance. Edges are read
-    one row group at a time so that large files stream.
+    one row group at a time so that large files stream. Either may be a folder of part files,
+    as Spark and Hive write them (:func:`_parquet`).
     """
     if not path.is_dir():
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
     nodes_path = path / "nodes.parquet"
     nodes = _read_nodes(nodes_path) if nodes_path.exists() else None
     edges_path = path / "edges.parquet"
-    edges = _parquet_file(edges_path)
-    columns = _edge_columns(edges.schema_arrow.names, edges_path)
+    edges = _parquet(edges_path)
+    columns = _edge_columns(edges.schema.names, edges_path)
     return _layout_graph(_batches(edges, edges_path, columns), columns, edges_path, nodes,
                          nodes_path, str(path))
 
@@ -285,15 +286,15 @@ def _file_labels(path: Path, graph: Graph) -> list[str]:
 
 def _parquet_labels(path: Path) -> list[str]:
     """The ``label`` column of a Parquet-layout ``nodes.parquet`` (rows = node order)."""
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: no such file; a collection graph in the Parquet layout "
                          "lists its nodes with a label column")
-    file = _parquet_file(path)
-    names = file.schema_arrow.names
+    file = _parquet(path)
+    names = file.schema.names
     if "label" not in names:
         raise InputError(f"{path}: missing column label; has {', '.join(names)}")
     with _reading(path):
-        column = file.read(columns=["label"]).column("label").combine_chunks()
+        column = file.to_table(columns=["label"]).column("label").combine_chunks()
     values = _no_nulls(column, path, "label", 0)
     values = values.cast(pa.string())
     _check_unique(_Rows(path, [values]), values, "labels", "uses label")
@@ -396,23 +397,34 @@ def _read_table(path: Path, ncols: int, what: str) -> _Rows:
 def _read_columns(path: Path, ncols: int) -> _Rows:
     if path.suffix.lower() != ".parquet":
         return _read_text_rows(path, ncols=(ncols,))
-    file = _parquet_file(path)
-    names = file.schema_arrow.names
+    file = _parquet(path)
+    names = file.schema.names
     if len(names) < ncols:
         raise InputError(f"{path}: expected at least {ncols} columns, got {len(names)}")
     with _reading(path):
-        table = file.read(columns=names[:ncols])
+        table = file.to_table(columns=names[:ncols])
     if table.num_rows == 0:
         raise InputError(f"{path}: no rows")
     return _Rows(path, [_no_nulls(table.column(c).combine_chunks(), path, c, 0)
                         for c in names[:ncols]])
 
 
-def _parquet_file(path: Path) -> pq.ParquetFile:
-    if not path.is_file():
+def _parquet(path: Path) -> ds.Dataset:
+    """A Parquet file, or a folder of part files (``part-*.parquet``, any depth, as Spark and
+    Hive write them; names starting with ``_`` or ``.``, such as ``_SUCCESS``, are not data).
+    The parts are read in the sorted order of their paths: a folder listing has no order of
+    its own, and the node order of ``nodes.parquet`` must not depend on it."""
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file() and not any(
+            part.startswith(("_", ".")) for part in f.relative_to(path).parts))
+        if not files:
+            raise InputError(f"{path}: a folder without Parquet part files")
+    else:
         raise InputError(f"{path}: no such file")
     with _reading(path):
-        return pq.ParquetFile(path)
+        return ds.dataset([str(f) for f in files], format="parquet")
 
 
 @contextmanager
@@ -425,9 +437,10 @@ def _reading(path: Path) -> Iterator[None]:
         raise InputError(f"{path}: not a readable Parquet file ({_one_line(e)})") from None
 
 
-def _batches(file: pq.ParquetFile, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
-    """``file``'s record batches, one row group's worth at a time, read under :func:`_reading`."""
-    batches = file.iter_batches(columns=columns)
+def _batches(data: ds.Dataset, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """``data``'s record batches in file order, a row group's worth at a time, read under
+    :func:`_reading`."""
+    batches = iter(data.to_batches(columns=columns))
     while True:
         with _reading(path):
             batch = next(batches, None)
@@ -447,7 +460,7 @@ def _edge_columns(names: list[str], path: Path) -> list[str]:
 def _read_nodes(path: Path) -> pa.Table:
     """``nodes.parquet``, checked by :func:`_node_table`."""
     with _reading(path):
-        table = _parquet_file(path).read()
+        table = _parquet(path).to_table()
     return _node_table(table, path)
 
 
