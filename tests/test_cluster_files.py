@@ -279,10 +279,19 @@ def test_cron_launcher_creates_a_uniquely_named_rayjob_and_waits(tmp_path):
 
 
 @needs_sh
-@pytest.mark.parametrize("final", ["Complete/FAILED", "Failed/", "Complete/STOPPED"])
+@pytest.mark.parametrize("final", ["Complete/FAILED", "Failed/", "Complete/STOPPED",
+                                   "ValidationFailed/", "Suspended/"])
 def test_cron_launcher_fails_when_the_run_fails(tmp_path, final):
     r, _ = _launch(tmp_path, final)
     assert r.returncode == 1
+
+
+@needs_sh
+def test_cron_launcher_runs_after_runs_that_ended_in_any_terminal_state(tmp_path):
+    r, fake = _launch(tmp_path, "Complete/SUCCEEDED",
+                      previous="Complete\nFailed\nValidationFailed\nSuspended\n")
+    assert r.returncode == 0, r.stderr
+    assert (fake / "created.yaml").exists()
 
 
 @needs_sh
