@@ -467,3 +467,30 @@ def test_version_prints_the_package_version_and_exits_0(capsys):
         cli.main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"tfgm-dist {__version__}"
+
+
+def test_set_overrides_any_setting_and_counts_as_the_users(synth, tmp_path):
+    out = tmp_path / "out"
+    assert align(synth["source"], synth["target"], out, "--set", "search.k=7",
+                 "--set", "assign.method=argmax", "--set", "refine.enabled=true") == 0
+    config = json.loads((out / "manifest.json").read_text())["config"]
+    assert config["search"]["k"] == 7 and config["assign"]["method"] == "argmax"
+    assert config["refine"]["enabled"] is True
+    assert {"search.k", "assign.method", "refine.enabled"} <= set(config["explicit"])
+    assert metrics_of(out)["auto"]["kept_from_user"] == ["assign.method", "refine.enabled",
+                                                         "search.k"]
+
+
+@pytest.mark.parametrize("bad, words", [("search.k", "not KEY=VALUE"),
+                                        ("search.nope=1", "unknown key search.nope"),
+                                        ("search.k=0", "k")])
+def test_a_bad_set_is_one_error_line_exit_2(synth, tmp_path, capsys, bad, words):
+    from jobs.align import main as job_main
+    job = tmp_path / "job.toml"
+    job.write_text("")
+    for run in (lambda: align(synth["source"], synth["target"], tmp_path / "o", "--set", bad),
+                lambda: job_main(["-q", str(job), "--set", bad])):
+        assert run() == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and words in err[0]
+    assert not (tmp_path / "o").exists()

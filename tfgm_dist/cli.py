@@ -14,7 +14,7 @@ import tempfile
 from typing import Callable
 
 from . import __version__
-from .config import ASSIGN_METHODS, Config, load_config, with_overrides
+from .config import ASSIGN_METHODS, Config, load_config, setting, with_overrides
 from .graph import InputError
 from .job import run_job
 
@@ -31,12 +31,16 @@ def _config(args: argparse.Namespace) -> Config:
                  "ray.address": args.ray_address, "assign.min_confidence": args.min_confidence}
     for name in ("source", "target", "format", "seeds", "gold", "candidates", "queries"):
         overrides[f"job.{name}"] = given.get(name)
+    overrides.update(setting(text) for text in args.set or ())
     return with_overrides(cfg, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output folder (matches/, metrics.json, manifest.json)")
     p.add_argument("--config", help="TOML or YAML file with any of the settings")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any setting, over the config file and the other flags (repeatable): "
+                   "--set search.k=20 --set refine.enabled=true")
     p.add_argument("--top-k", type=int, help="rows written per source (default 1)")
     p.add_argument("--refine", action=argparse.BooleanOptionalAction, default=None,
                    help="training-free consensus refinement")

@@ -310,6 +310,19 @@ def _relative_to(job: JobConfig, folder: Path) -> JobConfig:
     return replace(job, **paths)
 
 
+def setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set`` as ``(key, value)``: the value read as a TOML value
+    (``20``, ``true``, ``0.5``, ``"a b"``), else as the string it is (``s3://bucket/out``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"command line: --set {text!r} is not KEY=VALUE")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key.strip(), parsed
+
+
 def with_overrides(cfg: Config, **overrides: Any) -> Config:
     """``cfg`` with dotted-key overrides: ``with_overrides(cfg, **{"refine.enabled": True})``."""
     data = cfg.to_dict()
