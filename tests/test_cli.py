@@ -494,3 +494,27 @@ def test_a_bad_set_is_one_error_line_exit_2(synth, tmp_path, capsys, bad, words)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and words in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_columns_map_the_parquet_layout_and_a_bad_mapping_is_refused(synth, tmp_path, capsys):
+    renamed = {}
+    for side in ("source", "target"):
+        folder = tmp_path / side
+        folder.mkdir()
+        edges = pq.read_table(synth[side] / "edges.parquet")
+        pq.write_table(edges.rename_columns(["a", "b"]), folder / "edges.parquet")
+        nodes = pq.read_table(synth[side] / "nodes.parquet")
+        pq.write_table(nodes.rename_columns(["key" if c == "id" else c
+                                             for c in nodes.column_names]),
+                       folder / "nodes.parquet")
+        renamed[side] = folder
+    assert align(renamed["source"], renamed["target"], tmp_path / "plain", "--assign",
+                 "argmax") == 2  # no src column under its own name
+    capsys.readouterr()
+    assert align(renamed["source"], renamed["target"], tmp_path / "out", "--assign", "argmax",
+                 "--columns", "src=a,dst=b,id=key") == 0
+    assert align(synth["source"], synth["target"], tmp_path / "ref", "--assign", "argmax") == 0
+    assert read_matches(tmp_path / "out").equals(read_matches(tmp_path / "ref"))
+    assert align(renamed["source"], renamed["target"], tmp_path / "bad",
+                 "--columns", "src") == 2
+    assert "is not COLUMN=NAME" in capsys.readouterr().err

@@ -222,6 +222,22 @@ def test_parquet_part_file_folders_as_spark_writes_them_read_in_path_order(tmp_p
         load_graph(directory)
 
 
+def test_parquet_columns_under_the_users_names(tmp_path):
+    directory = parquet_dir(tmp_path, {"follower": ["a", "b"], "followee": ["b", "c"],
+                                       "w": [1.0, 2.0]},
+                            {"user_id": ["c", "b", "a"], "title": ["C", "B", "A"]})
+    g = load_graph(directory, columns="src=follower, dst=followee,weight=w,id=user_id,name=title")
+    assert g.ids.to_pylist() == ["c", "b", "a"] and g.names == ["C", "B", "A"]
+    assert edges(g) == [("a", "b"), ("b", "c")] and g.edge_weight.tolist() == [1.0, 2.0]
+    with raises("edges.parquet", "missing column(s) from", "has follower, followee, w"):
+        load_graph(directory, columns="src=from,dst=followee,id=user_id")
+    with raises("columns", "'source=follower'", "src, dst, weight, id, name, features"):
+        load_graph(directory, columns="source=follower")
+    text = write(tmp_path, "g.tsv", "a\tb\n")
+    with raises("g.tsv", "read by position"):
+        load_graph(text, columns="src=follower")
+
+
 def test_parquet_unknown_node_names_id_and_row(tmp_path):
     directory = parquet_dir(tmp_path, {"src": ["a", "b", "a"], "dst": ["b", "a", "q"]},
                             {"id": ["a", "b"]}, row_group_size=2)

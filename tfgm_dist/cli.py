@@ -29,7 +29,8 @@ def _config(args: argparse.Namespace) -> Config:
                  "seed": args.seed, "job.out": args.out,
                  "job.overwrite": args.overwrite or None, "ray.partitions": args.partitions,
                  "ray.address": args.ray_address, "assign.min_confidence": args.min_confidence}
-    for name in ("source", "target", "format", "seeds", "gold", "candidates", "queries"):
+    for name in ("source", "target", "format", "columns", "seeds", "gold", "candidates",
+                 "queries"):
         overrides[f"job.{name}"] = given.get(name)
     overrides.update(setting(text) for text in args.set or ())
     return with_overrides(cfg, **{k: v for k, v in overrides.items() if v is not None})
@@ -71,6 +72,8 @@ def parser() -> argparse.ArgumentParser:
                    "(default: job.target of the config)")
     a.add_argument("--format", choices=("edgelist", "triples", "gw", "parquet"),
                    help="input format (default: from the extension)")
+    a.add_argument("--columns", metavar="COLUMN=NAME,...", help="the Parquet layout's "
+                   "columns under your names, e.g. src=follower,dst=followee,id=user_id")
     a.add_argument("--seeds", help="known pairs: two-column TSV/CSV/Parquet (source, target)")
     a.add_argument("--gold", help="true pairs to score against (two columns)")
     a.add_argument("--candidates", help="one-column file of target ids to search among")

@@ -16,6 +16,7 @@ import yaml
 
 from .embed import EmbedConfig
 from .graph import InputError
+from .load import column_names
 from .search import INDEX_KINDS
 
 FEATURE_KINDS = ("auto", "given", "names", "degree-onehot", "degree-sinusoidal")
@@ -133,6 +134,7 @@ class JobConfig:
     target: str = ""
     out: str = ""
     format: str = ""  # "": from the extension
+    columns: str = ""  # the Parquet layout's columns under other names: "src=from,dst=to,id=user"
     seeds: str = ""  # "": none (likewise gold, candidates, queries)
     gold: str = ""
     candidates: str = ""
@@ -142,6 +144,7 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         _choice("format", self.format, INPUT_FORMATS)
+        column_names(self.columns)  # raises on a malformed mapping
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import torch
 from tfgm_dist.graph import Graph, InputError
 
 FORMATS = ("edgelist", "triples", "gw", "parquet")
+LAYOUT_COLUMNS = ("src", "dst", "weight", "id", "name", "features")  # of the Parquet layout
 EDGE_LIST_SUFFIXES = frozenset({"", ".tsv", ".csv", ".txt", ".edges", ".edgelist", ".el"})
 # A first data line whose first field is one of these is a header, not data.
 HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id"})
@@ -85,19 +86,38 @@ def fetch(uri: str, folder: str | Path) -> Path:
     return local
 
 
-def load_graph(path: str | Path, fmt: str | None = None) -> Graph:
+def load_graph(path: str | Path, fmt: str | None = None, columns: str = "") -> Graph:
     """Load a graph file or Parquet directory, choosing the format from ``fmt`` or the path.
 
     A directory is the Parquet layout, ``.gw`` is LEDA, ``triples*``/``.triples`` are
     knowledge-graph triples, and the usual edge-list extensions (or none) are edge lists.
+    ``columns`` names the Parquet layout's columns where they differ from its own
+    (:func:`column_names`); text formats are read by position.
     """
     path = Path(path)
     fmt = _guess_format(path) if fmt is None else fmt
-    loaders = {"edgelist": _load_edge_list, "triples": _load_triples, "gw": _load_leda,
-               "parquet": _load_parquet_dir}
+    if fmt == "parquet":
+        return _load_parquet_dir(path, column_names(columns))
+    loaders = {"edgelist": _load_edge_list, "triples": _load_triples, "gw": _load_leda}
     if fmt not in loaders:
         raise InputError(f"{path}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if columns:
+        raise InputError(f"{path}: column names apply to the Parquet layout; a {fmt} file is "
+                         "read by position")
     return loaders[fmt](path)
+
+
+def column_names(text: str) -> dict[str, str]:
+    """``"src=from,dst=to,id=user_id"`` as the user's name of each layout column
+    (:data:`LAYOUT_COLUMNS`); a column not named keeps the layout's own name."""
+    names = dict(zip(LAYOUT_COLUMNS, LAYOUT_COLUMNS))
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        column, sep, name = (x.strip() for x in item.partition("="))
+        if not sep or not name or column not in LAYOUT_COLUMNS:
+            raise InputError(f"columns: {item!r} is not COLUMN=NAME with COLUMN one of "
+                             f"{', '.join(LAYOUT_COLUMNS)}")
+        names[column] = name
+    return names
 
 
 def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
@@ -107,7 +127,7 @@ def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
     checked as files are; ``name`` stands for the tables in error messages."""
     edges_at, nodes_at = Path(f"{name} edges"), Path(f"{name} nodes")
     checked = None if nodes is None else _node_table(nodes, nodes_at)
-    columns = _edge_columns(edges.column_names, edges_at)
+    columns = _edge_columns(edges.column_names, edges_at, column_names(""))
     return _layout_graph(edges.select(columns).to_batches(), columns, edges_at, checked,
                          nodes_at, name)
 
@@ -218,21 +238,23 @@ def _load_leda(path: Path) -> Graph:
     return _graph(ids, ends[:, 0] - 1, ends[:, 1] - 1, str(path))
 
 
-def _load_parquet_dir(path: Path) -> Graph:
+def _load_parquet_dir(path: Path, names: dict[str, str] | None = None) -> Graph:
     """``edges.parquet`` (``src``, ``dst``, optional ``weight``), optional ``nodes.parquet``.
 
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
     listed there; without it nodes are numbered in order of first appearance. Edges are read
     one row group at a time so that large files stream. Either may be a folder of part files,
-    as Spark and Hive write them (:func:`_parquet`).
+    as Spark and Hive write them (:func:`_parquet`). ``names`` maps the layout's column names
+    to the user's (:func:`column_names`).
     """
+    names = names or column_names("")
     if not path.is_dir():
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
     nodes_path = path / "nodes.parquet"
-    nodes = _read_nodes(nodes_path) if nodes_path.exists() else None
+    nodes = _read_nodes(nodes_path, names) if nodes_path.exists() else None
     edges_path = path / "edges.parquet"
     edges = _parquet(edges_path)
-    columns = _edge_columns(edges.schema.names, edges_path)
+    columns = _edge_columns(edges.schema.names, edges_path, names)
     return _layout_graph(_batches(edges, edges_path, columns), columns, edges_path, nodes,
                          nodes_path, str(path))
 
@@ -449,19 +471,23 @@ def _batches(data: ds.Dataset, path: Path, columns: list[str]) -> Iterator[pa.Re
         yield batch
 
 
-def _edge_columns(names: list[str], path: Path) -> list[str]:
-    missing = [c for c in ("src", "dst") if c not in names]
+def _edge_columns(present: list[str], path: Path, names: dict[str, str]) -> list[str]:
+    """The user's names of the edge columns to read: source, target and weight if there."""
+    wanted = [names["src"], names["dst"]]
+    missing = [c for c in wanted if c not in present]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; "
-                         f"has {', '.join(names)}")
-    return ["src", "dst"] + (["weight"] if "weight" in names else [])
+                         f"has {', '.join(present)}")
+    return wanted + ([names["weight"]] if names["weight"] in present else [])
 
 
-def _read_nodes(path: Path) -> pa.Table:
-    """``nodes.parquet``, checked by :func:`_node_table`."""
+def _read_nodes(path: Path, names: dict[str, str]) -> pa.Table:
+    """``nodes.parquet``, its columns given the layout's names, checked by :func:`_node_table`."""
     with _reading(path):
         table = _parquet(path).to_table()
-    return _node_table(table, path)
+    layout = {name: column for column, name in names.items()}
+    return _node_table(table.rename_columns([layout.get(c, c) for c in table.column_names]),
+                       path)
 
 
 def _node_table(table: pa.Table, path: Path) -> pa.Table:

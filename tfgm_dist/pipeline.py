@@ -61,8 +61,8 @@ def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Confi
               gold: str | Path | None = None, candidates: str | Path | None = None,
               queries: str | Path | None = None) -> Pair:
     """Load both graphs (or take them as given), shuffle the target, resolve the id files."""
-    g_s = source if isinstance(source, Graph) else load_graph(source, fmt)
-    g_t = target if isinstance(target, Graph) else load_graph(target, fmt)
+    g_s, g_t = (g if isinstance(g, Graph) else load_graph(g, fmt, cfg.job.columns)
+                for g in (source, target))
     gen = torch.Generator().manual_seed(cfg.seed)
     g_t = g_t.permuted(torch.randperm(g_t.num_nodes, generator=gen))
     return Pair(
