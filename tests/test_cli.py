@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,9 @@ def test_yeast_run_writes_metrics_matches_and_manifest(yeast):
     assert all(v >= 0 for v in m["seconds"].values())
     assert m["seconds"]["total"] >= m["seconds"]["refine"] + m["seconds"]["search"]
     assert m["peak_rss_bytes"] > 10 * 2**20
+    assert m["schema"] == "tfgm-dist/metrics/1" and len(m["run_id"]) == 32
+    started, finished = (datetime.fromisoformat(m[k]) for k in ("started_at", "finished_at"))
+    assert started.tzinfo is not None and started <= finished
     assert m["accuracy"] > 50, m  # chance is 0.1 %; the paper reports ~84 % at 5 % noise
     assert m["hits@10"] >= m["hits@1"] and 0 < m["mrr"] <= 1
 

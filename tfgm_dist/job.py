@@ -16,11 +16,14 @@ A :class:`Runner` computes: :class:`Local` in this process (with the automatic c
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import tempfile
 import time
+import uuid
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import auto, checkpoint, write
@@ -36,6 +39,7 @@ if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
 log = logging.getLogger(__name__)
 
 INPUTS = ("source", "target", "seeds", "gold", "candidates", "queries")
+METRICS_SCHEMA = "tfgm-dist/metrics/1"  # metrics.json's layout; raised when a key changes
 
 
 class Runner(Protocol):
@@ -140,6 +144,7 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
         paths["collection"] = collection
     out = write.check_output(job.out, job.overwrite, job.output_root)
     watch, start = Stopwatch(), time.perf_counter()
+    run = {"schema": METRICS_SCHEMA, "run_id": run_id(), "started_at": _now()}
     with _inputs_folder() as tmp:
         with watch.stage("load"):
             local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
@@ -164,7 +169,7 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
             else:
                 quality, files = _resumed(pair, cfg, watch, stage, about, resume, done)
             extra = runner.report() | ({} if done is None else {"resumed_from": str(resume)})
-            metrics = {**quality,
+            metrics = {**run, "finished_at": _now(), **quality,
                        "seconds": {**watch.seconds, "total": time.perf_counter() - start},
                        "peak_rss_bytes": peak_rss_bytes(),
                        "rows": sum(f["rows"] for f in files),
@@ -176,6 +181,21 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
             write.commit(stage, out, metrics, {"files": files, **about})
     checkpoint.discard(resume)
     return metrics
+
+
+def run_id() -> str:
+    """The run's id: the Ray submission id when ``ray job submit`` started it (Ray hands the
+    entrypoint its job config, whose metadata holds it), else a new random one."""
+    try:
+        config = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}"))
+        submitted = config.get("metadata", {}).get("job_submission_id")
+    except (ValueError, AttributeError):
+        submitted = None
+    return submitted or uuid.uuid4().hex
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _inputs_folder() -> tempfile.TemporaryDirectory:
