@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from tfgm_dist.graph import Graph, InputError
+from tfgm_dist.errors import InputError
+from tfgm_dist.graph import Graph
 from tfgm_dist.load import graph_from_tables, load_pairs
 
 

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfgm_dist
-from tfgm_dist.graph import InputError
+from tfgm_dist.errors import InputError
 from tfgm_dist.synth import write_pair
 
 

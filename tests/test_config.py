@@ -4,8 +4,8 @@ import dataclasses
 import pytest
 
 from tfgm_dist.config import Config, from_dict, load_config, with_overrides
-from tfgm_dist.embed import EmbedConfig
-from tfgm_dist.graph import InputError
+from tfgm_dist.config import EmbedConfig
+from tfgm_dist.errors import InputError
 
 TOML = """\
 seed = 7

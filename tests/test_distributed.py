@@ -13,7 +13,7 @@ import torch
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import graph_parts
 from tfgm_dist.embed import graph_operator
-from tfgm_dist.graph import InputError
+from tfgm_dist.errors import InputError
 from tfgm_dist.job import OnRay, run_job
 from tfgm_dist.partition import partition, pymetis
 from tfgm_dist.synth import write_pair

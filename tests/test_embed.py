@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.embed import (EmbedConfig, LayerParams, embed, graph_operator, layer,
-                             layer_params, propagate, row_block, whole)
+from tfgm_dist.config import EmbedConfig
+from tfgm_dist.embed import (LayerParams, embed, graph_operator, layer, layer_params, propagate,
+                             row_block, whole)
 
 # The path 0 - 1 - 2 - 3, each edge given once (the operator symmetrises it).
 PATH = torch.tensor([[0, 1, 2], [1, 2, 3]])

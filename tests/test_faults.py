@@ -12,7 +12,7 @@ import ray
 
 from tfgm_dist import cli
 from tfgm_dist.config import Config, with_overrides
-from tfgm_dist.graph import InputError
+from tfgm_dist.errors import InputError
 from tfgm_dist.job import OnRay, run_job
 from tfgm_dist.synth import write_pair
 

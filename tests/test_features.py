@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from tfgm_dist.features import (char_ngrams, degree_onehot, degree_sinusoidal, degrees,
                                 random_projection, sentence_vectors, tie_seeds, validate)
-from tfgm_dist.graph import Graph, InputError
+from tfgm_dist.errors import InputError
+from tfgm_dist.graph import Graph
 
 
 def graph(ids, edges=((), ())) -> Graph:

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.dbp15k import load_dbp15k
-from tfgm_dist.graph import Graph, InputError
+from tfgm_dist.errors import InputError
+from tfgm_dist.graph import Graph
 from tfgm_dist.load import load_graph, load_id_list, load_pairs
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

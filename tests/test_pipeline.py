@@ -21,7 +21,7 @@ from jobs.dbp15k import load_dbp15k
 from tfgm_dist import pipeline
 from tfgm_dist.assign import dense_assignment
 from tfgm_dist.config import from_dict
-from tfgm_dist.graph import InputError
+from tfgm_dist.errors import InputError
 from tfgm_dist.load import load_graph
 from tfgm_dist.stopwatch import Stopwatch
 from tfgm_dist.synth import write_pair

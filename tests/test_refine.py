@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from tfgm_dist.embed import EmbedConfig, RowBlock, embed, graph_operator, whole
+from tfgm_dist.config import EmbedConfig
+from tfgm_dist.embed import RowBlock, embed, graph_operator, whole
 from tfgm_dist.features import degree_sinusoidal, degrees
 from tfgm_dist.graph import Graph
 from tfgm_dist.refine import merge, refine

@@ -22,7 +22,8 @@ import torch
 from tfgm_dist import cli
 from tfgm_dist.config import from_dict, load_config
 from tfgm_dist.embed import graph_operator
-from tfgm_dist.graph import Graph, InputError
+from tfgm_dist.errors import InputError
+from tfgm_dist.graph import Graph
 from tfgm_dist.load import load_graph
 from tfgm_dist.pipeline import Pair, align, load_pair
 from tfgm_dist.search import Candidates, build_index, search

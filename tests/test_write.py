@@ -9,7 +9,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from tfgm_dist.graph import InputError
+from tfgm_dist.errors import InputError
 from tfgm_dist.write import FORMAT, MANIFEST, Location, check_output, commit, fingerprint, \
     location, staging, write_matches
 

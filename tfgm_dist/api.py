@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from . import auto, write
 from .config import Config, load_config, with_overrides
-from .graph import Graph, InputError
+from .errors import InputError
+from .graph import Graph
 from .load import graph_from_tables, load_graph, load_pairs, pairs_from_table
 from .pipeline import load_pair
 from .stopwatch import Stopwatch, peak_rss_bytes
@@ -47,7 +48,7 @@ def align(source: GraphInput, target: GraphInput, *, seeds: Any = None,
     ``config``: a TOML/YAML file or a :class:`Config`. ``settings`` override it, by section
     (``assign={"method": "argmax"}``, ``search={"k": 20}``) or at the top level
     (``top_k=5``, ``seed=1``); what is left unset is chosen from the input, as with no config
-    file. Bad input raises :class:`~tfgm_dist.graph.InputError` naming what is wrong.
+    file. Bad input raises :class:`~tfgm_dist.errors.InputError` naming what is wrong.
     """
     cfg = config if isinstance(config, Config) else (
         load_config(config) if config is not None else Config())

@@ -19,7 +19,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from .config import AssignConfig
-from .graph import InputError
+from .errors import InputError
 from .search import Candidates
 
 if TYPE_CHECKING:

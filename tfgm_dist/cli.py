@@ -15,8 +15,7 @@ from typing import Callable
 
 from . import __version__
 from .config import ASSIGN_METHODS, Config, load_config, setting, with_overrides
-from .graph import InputError
-from .job import run_job
+from .errors import InputError
 
 log = logging.getLogger("tfgm_dist")
 
@@ -107,6 +106,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> dict:
+    from .job import run_job
     from .synth import write_pair
 
     cfg = _config(args)
@@ -155,7 +155,8 @@ def _failed(message: str, status: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(argv)  # before the heavy imports: --help answers at once
+    from .job import run_job
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     commands = {"synth": lambda: _synth(args), "demo": lambda: _demo(args),

@@ -14,15 +14,45 @@ from typing import Any, get_type_hints
 
 import yaml
 
-from .embed import EmbedConfig
-from .graph import InputError
-from .load import column_names
-from .search import INDEX_KINDS
+from .errors import InputError
 
 FEATURE_KINDS = ("auto", "given", "names", "degree-onehot", "degree-sinusoidal")
 ASSIGN_METHODS = ("argmax", "mutual", "one-to-one")
 ONE_TO_ONE_SOLVERS = ("auto", "hungarian", "sparse", "sinkhorn")
 MAX_K = 4096  # candidates per row; GPU FAISS's own limit is 2048
+OPERATORS = ("sum", "mean", "gcn")  # the weight-free layers' graph operators
+INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # the FAISS indexes of the search stage
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """What the paper varies: depth, operator and the ablation switches."""
+
+    layers: int = 3
+    operator: str = "sum"
+    self_loops: bool = True
+    random_weights: bool = False  # W_l ~ N(0, 1/d) instead of W_l = I
+    bias: float = 0.0  # beta: scale of a random bias b_l ~ N(0, beta^2/d); 0 = none
+    relu: bool = False  # sigma = ReLU between layers instead of identity
+    basic: bool = False  # BasicTFGM: residual, last layer only
+    include_input: bool = True  # keep F^(0) in the concatenation
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.bias) or self.bias < 0:
+            raise ValueError(f"bias = {self.bias} is out of range (must be finite and >= 0)")
+        if self.layers < 0:
+            raise ValueError(f"layers = {self.layers} is out of range (must be >= 0)")
+        if self.operator not in OPERATORS:
+            raise ValueError(f"operator = {self.operator!r} is not one of {', '.join(OPERATORS)}")
+        if self.basic and not self.include_input:
+            raise ValueError("basic = true needs include_input = true: BasicTFGM's residual "
+                             "starts at X")
+
+    @property
+    def num_blocks(self) -> int:
+        """How many unit-norm blocks an embedding row concatenates (its maximal score)."""
+        return 1 if self.basic else self.layers + int(self.include_input)
+
 
 
 @dataclass(frozen=True)
@@ -144,6 +174,7 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         _choice("format", self.format, INPUT_FORMATS)
+        from .load import column_names  # the loader is heavy; the command line's --help is not
         column_names(self.columns)  # raises on a malformed mapping
 
 

@@ -41,9 +41,9 @@ from ray._private import ray_constants
 
 from . import checkpoint, write
 from .auto import Prepared
-from .config import Config
-from .embed import EmbedConfig, LayerParams, RowBlock, layer, layer_params, row_block
-from .graph import InputError
+from .config import Config, EmbedConfig
+from .embed import LayerParams, RowBlock, layer, layer_params, row_block
+from .errors import InputError
 from .partition import Partition, partition
 from .features import Channel
 from .assign import dense_assignment

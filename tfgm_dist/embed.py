@@ -27,7 +27,6 @@ single-process run is the same code with one block holding every node.
 """
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +38,8 @@ from torch_geometric.nn import SimpleConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
 
-OPERATORS = ("sum", "mean", "gcn")
+from .config import OPERATORS, EmbedConfig
+
 
 
 @dataclass(frozen=True)
@@ -129,36 +129,6 @@ def propagate(block: RowBlock, h_halo: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"h_halo has {h_halo.size(0)} rows, the block's halo "
                          f"{block.halo.numel()}")
     return _PROPAGATE((h_halo, None), block.adj)
-
-
-@dataclass(frozen=True)
-class EmbedConfig:
-    """What the paper varies: depth, operator and the ablation switches."""
-
-    layers: int = 3
-    operator: str = "sum"
-    self_loops: bool = True
-    random_weights: bool = False  # W_l ~ N(0, 1/d) instead of W_l = I
-    bias: float = 0.0  # beta: scale of a random bias b_l ~ N(0, beta^2/d); 0 = none
-    relu: bool = False  # sigma = ReLU between layers instead of identity
-    basic: bool = False  # BasicTFGM: residual, last layer only
-    include_input: bool = True  # keep F^(0) in the concatenation
-
-    def __post_init__(self) -> None:
-        if not math.isfinite(self.bias) or self.bias < 0:
-            raise ValueError(f"bias = {self.bias} is out of range (must be finite and >= 0)")
-        if self.layers < 0:
-            raise ValueError(f"layers = {self.layers} is out of range (must be >= 0)")
-        if self.operator not in OPERATORS:
-            raise ValueError(f"operator = {self.operator!r} is not one of {', '.join(OPERATORS)}")
-        if self.basic and not self.include_input:
-            raise ValueError("basic = true needs include_input = true: BasicTFGM's residual "
-                             "starts at X")
-
-    @property
-    def num_blocks(self) -> int:
-        """How many unit-norm blocks an embedding row concatenates (its maximal score)."""
-        return 1 if self.basic else self.layers + int(self.include_input)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .embed import EmbedConfig
-from .graph import Graph, InputError
+from .config import EmbedConfig
+from .errors import InputError
+from .graph import Graph
 
 log = logging.getLogger(__name__)
 

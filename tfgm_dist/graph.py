@@ -13,9 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-
-class InputError(ValueError):
-    """Bad user input. The message is one line and names the file and line, column or id."""
+from .errors import InputError
 
 
 @dataclass(frozen=True)

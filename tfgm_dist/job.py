@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import auto, checkpoint, write
 from .config import Config
-from .graph import InputError
+from .errors import InputError
 from .load import fetch
 from .pipeline import Pair, Result, load_pair
 from .stopwatch import Stopwatch, peak_rss_bytes

@@ -22,7 +22,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import torch
 
-from tfgm_dist.graph import Graph, InputError
+from tfgm_dist.errors import InputError
+from tfgm_dist.graph import Graph
 
 FORMATS = ("edgelist", "triples", "gw", "parquet")
 LAYOUT_COLUMNS = ("src", "dst", "weight", "id", "name", "features")  # of the Parquet layout

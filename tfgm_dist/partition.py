@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-from .graph import InputError
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 

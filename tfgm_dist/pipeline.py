@@ -22,9 +22,10 @@ import numpy as np
 import torch
 
 from . import assign, features, metrics
-from .config import Config
-from .embed import EmbedConfig, Operator, embed, graph_operator, layer_params, whole
-from .graph import Graph, InputError
+from .config import Config, EmbedConfig
+from .embed import Operator, embed, graph_operator, layer_params, whole
+from .errors import InputError
+from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
 from .search import Candidates, top_k

@@ -29,7 +29,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from .embed import EmbedConfig, RowBlock, csr_on_purpose, embed, layer_params
+from .config import EmbedConfig
+from .embed import RowBlock, csr_on_purpose, embed, layer_params
 from .search import Candidates, candidates_from_coo
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,10 @@ import faiss
 import numpy as np
 import torch
 
+from .config import INDEX_KINDS
+
 log = logging.getLogger(__name__)
 
-INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")
 IVF_KINDS = ("ivf", "ivfpq")
 REFINE_FACTOR = 8  # ivfpq re-ranks the REFINE_FACTOR * k best codes exactly
 TRAIN_PER_LIST = {"ivf": 256, "ivfpq": 64}  # k-means training points per IVF list

@@ -49,9 +49,10 @@ import torch
 import torch.nn.functional as F
 
 from . import assign
-from .config import Config, FeatureConfig
-from .embed import EmbedConfig, Operator, graph_operator, whole
-from .graph import Graph, InputError
+from .config import Config, EmbedConfig, FeatureConfig
+from .embed import Operator, graph_operator, whole
+from .errors import InputError
+from .graph import Graph
 from .load import load_graph, load_labels
 from .pipeline import Pair, Result, align, channels, embeddings, operators, search_options
 from .refine import refine

@@ -35,7 +35,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
-from .graph import InputError
+from .errors import InputError
 from .search import Candidates
 
 if TYPE_CHECKING:
