@@ -22,6 +22,7 @@ ONE_TO_ONE_SOLVERS = ("auto", "hungarian", "sparse", "sinkhorn")
 MAX_K = 4096  # candidates per row; GPU FAISS's own limit is 2048
 OPERATORS = ("sum", "mean", "gcn")  # the weight-free layers' graph operators
 INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # the FAISS indexes of the search stage
+LAYOUT_COLUMNS = ("src", "dst", "weight", "id", "name", "features")  # of the Parquet layout
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,6 @@ class EmbedConfig:
     def num_blocks(self) -> int:
         """How many unit-norm blocks an embedding row concatenates (its maximal score)."""
         return 1 if self.basic else self.layers + int(self.include_input)
-
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,6 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         _choice("format", self.format, INPUT_FORMATS)
-        from .load import column_names  # the loader is heavy; the command line's --help is not
         column_names(self.columns)  # raises on a malformed mapping
 
 
@@ -342,6 +341,20 @@ def _relative_to(job: JobConfig, folder: Path) -> JobConfig:
         if isinstance(value, str) and value and "://" not in value and f.name != "format":
             paths[f.name] = str(folder / value)
     return replace(job, **paths)
+
+
+def column_names(text: str) -> dict[str, str]:
+    """``job.columns`` (``--columns``), e.g. ``"src=from,dst=to,id=user_id"``, as the user's
+    name of each Parquet-layout column (:data:`LAYOUT_COLUMNS`); a column not named keeps the
+    layout's own name."""
+    names = dict(zip(LAYOUT_COLUMNS, LAYOUT_COLUMNS))
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        column, sep, name = (x.strip() for x in item.partition("="))
+        if not sep or not name or column not in LAYOUT_COLUMNS:
+            raise InputError(f"columns: {item!r} is not COLUMN=NAME with COLUMN one of "
+                             f"{', '.join(LAYOUT_COLUMNS)}")
+        names[column] = name
+    return names
 
 
 def setting(text: str) -> tuple[str, Any]:

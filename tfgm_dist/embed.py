@@ -41,7 +41,6 @@ from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to
 from .config import OPERATORS, EmbedConfig
 
 
-
 @dataclass(frozen=True)
 class Operator:
     """The weighted edges ``(j -> i, w)`` of a graph operator :math:`\\hat{A}_{ij} = w`."""

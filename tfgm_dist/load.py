@@ -22,11 +22,11 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import torch
 
+from tfgm_dist.config import column_names
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 
 FORMATS = ("edgelist", "triples", "gw", "parquet")
-LAYOUT_COLUMNS = ("src", "dst", "weight", "id", "name", "features")  # of the Parquet layout
 EDGE_LIST_SUFFIXES = frozenset({"", ".tsv", ".csv", ".txt", ".edges", ".edgelist", ".el"})
 # A first data line whose first field is one of these is a header, not data.
 HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id"})
@@ -93,7 +93,7 @@ def load_graph(path: str | Path, fmt: str | None = None, columns: str = "") -> G
     A directory is the Parquet layout, ``.gw`` is LEDA, ``triples*``/``.triples`` are
     knowledge-graph triples, and the usual edge-list extensions (or none) are edge lists.
     ``columns`` names the Parquet layout's columns where they differ from its own
-    (:func:`column_names`); text formats are read by position.
+    (:func:`~tfgm_dist.config.column_names`); text formats are read by position.
     """
     path = Path(path)
     fmt = _guess_format(path) if fmt is None else fmt
@@ -106,19 +106,6 @@ def load_graph(path: str | Path, fmt: str | None = None, columns: str = "") -> G
         raise InputError(f"{path}: column names apply to the Parquet layout; a {fmt} file is "
                          "read by position")
     return loaders[fmt](path)
-
-
-def column_names(text: str) -> dict[str, str]:
-    """``"src=from,dst=to,id=user_id"`` as the user's name of each layout column
-    (:data:`LAYOUT_COLUMNS`); a column not named keeps the layout's own name."""
-    names = dict(zip(LAYOUT_COLUMNS, LAYOUT_COLUMNS))
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        column, sep, name = (x.strip() for x in item.partition("="))
-        if not sep or not name or column not in LAYOUT_COLUMNS:
-            raise InputError(f"columns: {item!r} is not COLUMN=NAME with COLUMN one of "
-                             f"{', '.join(LAYOUT_COLUMNS)}")
-        names[column] = name
-    return names
 
 
 def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
@@ -239,16 +226,15 @@ def _load_leda(path: Path) -> Graph:
     return _graph(ids, ends[:, 0] - 1, ends[:, 1] - 1, str(path))
 
 
-def _load_parquet_dir(path: Path, names: dict[str, str] | None = None) -> Graph:
+def _load_parquet_dir(path: Path, names: dict[str, str]) -> Graph:
     """``edges.parquet`` (``src``, ``dst``, optional ``weight``), optional ``nodes.parquet``.
 
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
     listed there; without it nodes are numbered in order of first appearance. Edges are read
     one row group at a time so that large files stream. Either may be a folder of part files,
     as Spark and Hive write them (:func:`_parquet`). ``names`` maps the layout's column names
-    to the user's (:func:`column_names`).
+    to the user's (:func:`~tfgm_dist.config.column_names`).
     """
-    names = names or column_names("")
     if not path.is_dir():
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
     nodes_path = path / "nodes.parquet"
