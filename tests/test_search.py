@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.search import (Candidates, build_index, candidates_from_coo, exact_best, pq_codes,
-                              probe, probe_rows, search, top_k, tune_nprobe)
+from tfgm_dist.search import (Candidates, both_ways, build_index, candidates_from_coo, exact_best,
+                              pq_codes, probe, probe_rows, search, top_k, tune_nprobe)
 
 INF = float("inf")
 
@@ -51,6 +51,27 @@ def test_a_sharded_flat_index_merged_equals_one_index_bit_for_bit():
                                torch.cat([c.index for c in lists], 1))
     assert torch.equal(merged.index[:, :10], one.index)
     assert torch.equal(merged.scores[:, :10], one.scores)
+
+
+@pytest.mark.parametrize("n_s, n_t, k, block_cells", [
+    (200, 600, 10, 600 * 37),  # several row blocks, merged down the columns
+    (200, 600, 10, 1 << 25),  # one block
+    (5, 7, 10, 1 << 25),  # k beyond both sides: padded lists, nothing to tie-check
+    (40, 12, 10, 12 * 3),  # blocks thinner than k + 1
+])
+def test_both_ways_equals_two_flat_searches_bit_for_bit(n_s, n_t, k, block_cells):
+    """Exact ties (duplicated rows) and zero rows, as featureless graphs give, must come out as
+    two FAISS searches put them: the same lists and the same last bits."""
+    rng = np.random.default_rng(n_s + n_t)
+    x_t = np.repeat(rng.standard_normal((-(-n_t // 4), 512)).astype(np.float32), 4, axis=0)[:n_t]
+    x_s = x_t[rng.choice(n_t, n_s)] + 0.01 * rng.standard_normal((n_s, 512)).astype(np.float32)
+    x_s[::9], x_t[::11] = 0.0, 0.0
+    ids_s, ids_t = np.arange(n_s) * 3 + 1, np.arange(n_t) * 2 + 5
+    forward, backward = both_ways(x_s, x_t, k, ids_s=ids_s, ids_t=ids_t, block_cells=block_cells)
+    want_f = search(build_index(x_t, "flat"), x_s, k, ids=ids_t)
+    want_b = search(build_index(x_s, "flat"), x_t, k, ids=ids_s)
+    for got, want in ((forward, want_f), (backward, want_b)):
+        assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
 
 
 def test_candidates_restrict_the_search_and_map_ids_back():

@@ -28,7 +28,7 @@ from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
-from .search import Candidates, top_k
+from .search import Candidates, both_ways, gpu_available, top_k
 from .stopwatch import Stopwatch
 
 log = logging.getLogger("tfgm_dist")
@@ -184,9 +184,9 @@ class Plan:
     """Which node numbers each search covers."""
 
     rows: np.ndarray  # source numbers that are output (queries minus seed sources)
-    searched: np.ndarray  # sources the forward search ranks: all when refining or mutual
+    searched: np.ndarray  # sources the forward search ranks: all but seeds when refining or mutual
     targets: np.ndarray  # targets searched among (candidates minus seed targets)
-    sources: np.ndarray | None  # sources the backward search ranks among; None: no backward
+    sources: np.ndarray | None  # sources the backward search ranks among (= searched); None: no backward
 
 
 def plan(pair: Pair, cfg: Config) -> Plan:
@@ -202,7 +202,9 @@ def plan(pair: Pair, cfg: Config) -> Plan:
         raise InputError("no source is left to align: the seeds cover every source node "
                          "(or every one of the queries)")
     if cfg.refine.enabled or cfg.assign.method == "mutual":
-        return Plan(rows, np.arange(n_s), targets, _searchable(n_s, None, seeds_s))
+        # a seed's own list is never read: refinement pins it to its target
+        sources = _searchable(n_s, None, seeds_s)
+        return Plan(rows, sources, targets, sources)
     return Plan(rows, rows, targets, None)
 
 
@@ -254,14 +256,18 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     p, k = plan(pair, cfg), cfg.search.k
     opts = {**search_options(cfg), "recall": cfg.search.recall}
     with watch.stage("search"):
-        forward, tuned = top_k(o_s[p.searched].numpy(), o_t.numpy(), k, candidates=p.targets,
-                               **opts)
+        searches, backward = {}, None
+        if p.sources is not None and cfg.search.index == "flat" and not gpu_available():
+            forward, backward = both_ways(o_s[p.sources].numpy(), o_t[p.targets].numpy(), k,
+                                          ids_s=p.sources, ids_t=p.targets)
+        else:
+            forward, searches["forward"] = top_k(o_s[p.searched].numpy(), o_t.numpy(), k,
+                                                 candidates=p.targets, **opts)
+            if p.sources is not None:
+                backward, searches["backward"] = top_k(o_t[p.targets].numpy(), o_s.numpy(), k,
+                                                       candidates=p.sources, **opts)
         forward = forward.scatter_rows(torch.from_numpy(p.searched), pair.source.num_nodes)
-        searches = {"forward": tuned}
-        backward = None
-        if p.sources is not None:
-            backward, searches["backward"] = top_k(o_t[p.targets].numpy(), o_s.numpy(), k,
-                                                   candidates=p.sources, **opts)
+        if backward is not None:
             backward = backward.scatter_rows(torch.from_numpy(p.targets), pair.target.num_nodes)
     scored = Scored(forward, backward, torch.from_numpy(p.rows), p.targets,
                     pair.target.num_nodes, o_s, o_t, scale=scale(chans),

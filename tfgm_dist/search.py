@@ -24,6 +24,7 @@ from typing import Callable
 import faiss
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .config import INDEX_KINDS
 
@@ -306,6 +307,94 @@ def top_k(x_s: np.ndarray, x_t: np.ndarray, k: int, *, candidates: np.ndarray | 
 
         tuned = tune_nprobe(measure, index_options.get("nprobe", 16), recall)
     return search(index, x_s, k, ids=ids), tuned
+
+
+BLOCK_CELLS = 1 << 25  # scores held at once by :func:`both_ways`: 128 MiB of float32 (2x: -3 % time)
+
+
+def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
+              ids_t: np.ndarray, block_cells: int = BLOCK_CELLS) -> tuple[Candidates, Candidates]:
+    """Exact top-``k`` both ways from one product: the best rows of ``x_t`` (node numbers
+    ``ids_t``) for each row of ``x_s``, and the best rows of ``x_s`` (``ids_s``) for each row
+    of ``x_t``.
+
+    The forward and the backward search of a refined or mutual run score the same pairs:
+    each block of :math:`X_s X_t^T` (``block_cells`` scores) gives its rows' top-``k+1`` and
+    updates every column's running top-``k+1``, so the product is computed once, not twice
+    (DBP15k zh_en, 14,888 x 10,500 x 1,536 on 2 cores: 5.2 s against 6.9 s for two flat FAISS
+    searches). The lists are then those of :func:`search` on a flat index, bit for bit: every
+    candidate is rescored by :func:`pair_scores`, and a row whose ``k+1``-th score is within
+    rounding of its ``k``-th, or whose query is zero, is searched again by :func:`search`.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    q_s, q_t = (torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in (x_s, x_t))
+    n, m = q_s.size(0), q_t.size(0)
+    w_row, w_col = min(k + 1, m), min(k + 1, n)
+    row_s, row_i = torch.empty(n, w_row), torch.empty(n, w_row, dtype=torch.long)
+    col_s, col_i = torch.empty(0, m), torch.empty(0, m, dtype=torch.long)
+    block = max(1, block_cells // max(1, m))
+    for start in range(0, n, block):
+        s = q_s[start:start + block] @ q_t.T
+        row_s[start:start + block], row_i[start:start + block] = s.topk(w_row, dim=1)
+        col_s, col_i = _column_top(col_s, col_i, s, start, w_col)
+        log.info("search: %d/%d queries, both ways", min(start + block, n), n)
+    return (_canonical(x_s, x_t, ids_t, row_s, row_i, k),
+            _canonical(x_t, x_s, ids_s, col_s.T.contiguous(), col_i.T.contiguous(), k))
+
+
+def _column_top(top_s: torch.Tensor, top_i: torch.Tensor, s: torch.Tensor, start: int,
+                width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every column's best ``width`` of ``top_s`` (``[w, m]``, row numbers ``top_i``) and
+    the block ``s`` (rows ``start ..``). A later block only contributes its scores above a
+    column's current ``width``-th, a small share, merged by one sort: a ``topk`` down the
+    columns of every block took 1.2 s of the 5 on DBP15k, this 0.2 s."""
+    if top_s.size(0) < width:  # the first blocks: fewer rows so far than the width
+        s_top, i_top = s.topk(min(width, s.size(0)), dim=0)
+        top_s, top_i = torch.cat([top_s, s_top]), torch.cat([top_i, i_top + start])
+        if top_s.size(0) > width:
+            top_s, pick = top_s.topk(width, dim=0)
+            top_i = top_i.gather(0, pick)
+        return top_s, top_i
+    rows, cols = (s > top_s[-1]).nonzero(as_tuple=True)
+    if rows.numel() == 0:
+        return top_s, top_i
+    m = s.size(1)
+    vals = torch.cat([top_s.flatten(), s[rows, cols]])
+    owners = torch.cat([top_i.flatten(), rows + start])
+    where = torch.cat([torch.arange(m).repeat(width), cols])
+    order = torch.argsort(vals, descending=True, stable=True)
+    order = order[torch.argsort(where[order], stable=True)]
+    first = torch.zeros(m + 1, dtype=torch.long)
+    first[1:] = torch.cumsum(torch.bincount(where, minlength=m), 0)
+    rank = torch.arange(order.numel()) - first[where[order]]
+    keep = order[rank < width]
+    return (vals[keep].view(m, width).T.contiguous(),
+            owners[keep].view(m, width).T.contiguous())
+
+
+def _canonical(queries: np.ndarray, base: np.ndarray, ids: np.ndarray, raw: torch.Tensor,
+               found: torch.Tensor, k: int) -> Candidates:
+    """The lists of :func:`search` on a flat index over ``base`` from each query's raw
+    top-``k+1`` (``raw`` scores, ``found`` row numbers of ``base``)."""
+    index = faiss.IndexFlatIP(base.shape[1])
+    index.add(np.ascontiguousarray(base, dtype=np.float32))
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    c = Candidates.sorted(torch.from_numpy(pair_scores(index, queries, found.numpy())),
+                          torch.from_numpy(ids[found.numpy()]))
+    pad = k - min(k, c.k)
+    out = Candidates(F.pad(c.scores[:, :k], (0, pad), value=-torch.inf),
+                     F.pad(c.index[:, :k], (0, pad), value=-1))
+    if found.size(1) <= k:  # no more than k rows in the base: every one was scored
+        return out
+    largest = float(np.linalg.norm(base, axis=1).max(initial=0.0))
+    slack = 2 * FLAT_ROUNDING * np.linalg.norm(queries, axis=1) * largest
+    again = np.flatnonzero((raw[:, -1].numpy() >= c.scores[:, k - 1].numpy() - slack)
+                           | ~queries.any(axis=1))
+    if again.size:
+        redo = search(index, queries[again], k, ids=ids)
+        out.scores[again], out.index[again] = redo.scores, redo.index
+    return out
 
 
 def candidates_from_coo(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
