@@ -84,6 +84,16 @@ def test_toml_and_yaml_parse_to_the_same_config(tmp_path):
     assert (a.assign.method, a.assign.one_to_one) == ("one-to-one", "sparse")
 
 
+def test_only_the_job_paths_are_taken_relative_to_the_config_file(tmp_path):
+    (tmp_path / "c.toml").write_text(
+        '[job]\nsource = "g/a.tsv"\nout = "s3://bucket/out"\ncolumns = "src=from"\n'
+        'format = "edgelist"\nout_format = "delta"\nrun_date = "2026-11-23"\n')
+    job = load_config(tmp_path / "c.toml").job
+    assert job.source == str(tmp_path / "g" / "a.tsv") and job.out == "s3://bucket/out"
+    assert (job.columns, job.format, job.out_format, job.run_date) == (
+        "src=from", "edgelist", "delta", "2026-11-23")
+
+
 def test_int_is_accepted_for_a_float_field(tmp_path):
     (tmp_path / "c.yaml").write_text("embed:\n  bias: 1\n")
     cfg = load_config(tmp_path / "c.yaml")

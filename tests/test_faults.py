@@ -71,6 +71,23 @@ def test_driver_killed_in_the_write_stage_leaves_no_result_and_the_rerun_resumes
     assert hidden(lake) == []  # the killed run's staging is swept, the checkpoint discarded
 
 
+def test_driver_killed_before_its_delta_commit_leaves_the_table_at_its_last_version(
+        pair, tmp_path):
+    from deltalake import DeltaTable
+    table = tmp_path / "lake"
+    dated = ("--out-format", "delta", "--run-date")
+    assert align(pair, table, *dated, "2026-11-22").returncode == 0
+    before = DeltaTable(str(table)).to_pyarrow_table()
+    killed = align(pair, table, *dated, "2026-11-22", failpoint="write")
+    assert killed.returncode == -9, killed.stderr
+    after = DeltaTable(str(table))
+    assert after.version() == 0 and after.to_pyarrow_table().equals(before)
+    rerun = align(pair, table, *dated, "2026-11-22")
+    assert rerun.returncode == 0, rerun.stderr
+    assert DeltaTable(str(table)).version() == 1
+    assert "resume" in json.loads(rerun.stdout)["seconds"]
+
+
 def test_output_outside_the_declared_root_is_refused(pair, tmp_path, capsys):
     (tmp_path / "root").mkdir()
     config = tmp_path / "c.toml"

@@ -14,7 +14,7 @@ import tempfile
 from typing import Callable
 
 from . import __version__
-from .config import ASSIGN_METHODS, Config, load_config, setting, with_overrides
+from .config import ASSIGN_METHODS, OUT_FORMATS, Config, load_config, setting, with_overrides
 from .errors import InputError
 
 log = logging.getLogger("tfgm_dist")
@@ -27,7 +27,8 @@ def _config(args: argparse.Namespace) -> Config:
     overrides = {"top_k": args.top_k, "refine.enabled": args.refine, "assign.method": args.assign,
                  "seed": args.seed, "job.out": args.out,
                  "job.overwrite": args.overwrite or None, "ray.partitions": args.partitions,
-                 "ray.address": args.ray_address, "assign.min_confidence": args.min_confidence}
+                 "ray.address": args.ray_address, "assign.min_confidence": args.min_confidence,
+                 "job.out_format": args.out_format, "job.run_date": args.run_date}
     for name in ("source", "target", "format", "columns", "seeds", "gold", "candidates",
                  "queries"):
         overrides[f"job.{name}"] = given.get(name)
@@ -36,7 +37,8 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", help="output folder (matches/, metrics.json, manifest.json)")
+    p.add_argument("--out", help="output folder (matches/, metrics.json, manifest.json), or "
+                   "with --out-format delta a Delta Lake table")
     p.add_argument("--config", help="TOML or YAML file with any of the settings")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any setting, over the config file and the other flags (repeatable): "
@@ -50,6 +52,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an output folder that holds a previous run")
+    p.add_argument("--out-format", choices=OUT_FORMATS,
+                   help="parquet (default): OUT is this run's folder; delta: OUT is a Delta Lake "
+                   "table (path or s3://, gs://, abfss:// URI) that receives the run as the "
+                   "partition of its --run-date, replacing an earlier run of that date")
+    p.add_argument("--run-date", metavar="YYYY-MM-DD",
+                   help="the run's date in a Delta table (default: today, UTC)")
     p.add_argument("--partitions", type=int, help="run on Ray with P parts: P actors, each "
                    "holding 1/P of what is searched (align: also 1/P of each graph to embed; "
                    "align-supervised: of the collection's labelled nodes); default: one "

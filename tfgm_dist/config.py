@@ -9,6 +9,7 @@ import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
+from datetime import date
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -154,6 +155,8 @@ class AssignConfig:
 
 
 INPUT_FORMATS = ("", "edgelist", "triples", "gw", "parquet")
+OUT_FORMATS = ("parquet", "delta")
+JOB_PATHS = ("source", "target", "out", "seeds", "gold", "candidates", "queries", "output_root")
 
 
 @dataclass(frozen=True)
@@ -171,10 +174,25 @@ class JobConfig:
     queries: str = ""
     overwrite: bool = False
     output_root: str = ""  # when set, out must lie inside this folder (or URI prefix)
+    # "parquet": OUT is one run's folder; "delta": OUT is a Delta Lake table of dated runs
+    out_format: str = "parquet"
+    run_date: str = ""  # YYYY-MM-DD, the Delta partition a run replaces; "": today (UTC)
 
     def __post_init__(self) -> None:
         _choice("format", self.format, INPUT_FORMATS)
+        _choice("out_format", self.out_format, OUT_FORMATS)
         column_names(self.columns)  # raises on a malformed mapping
+        if self.run_date:
+            try:
+                date.fromisoformat(self.run_date)
+                valid = len(self.run_date) == 10
+            except ValueError:
+                valid = False
+            if not valid:
+                raise ValueError(f"run_date {self.run_date!r} is not a date (YYYY-MM-DD)")
+        if self.out_format == "delta" and self.overwrite:
+            raise ValueError("overwrite does not apply to out_format = \"delta\": a run "
+                             "replaces its run date's partition, and other dates stay")
 
 
 @dataclass(frozen=True)
@@ -336,10 +354,10 @@ def load_config(path: str | Path | None) -> Config:
 def _relative_to(job: JobConfig, folder: Path) -> JobConfig:
     """``job`` with its relative local paths taken relative to ``folder`` (the config's)."""
     paths = {}
-    for f in dataclasses.fields(JobConfig):
-        value = getattr(job, f.name)
-        if isinstance(value, str) and value and "://" not in value and f.name != "format":
-            paths[f.name] = str(folder / value)
+    for name in JOB_PATHS:
+        value = getattr(job, name)
+        if value and "://" not in value:
+            paths[name] = str(folder / value)
     return replace(job, **paths)
 
 

@@ -8,7 +8,8 @@
 3. resume from the checkpoint of an earlier run of the same job that got past its assign
    stage, else let the runner compute and stage the matches;
 4. commit ``matches/``, ``metrics.json`` and ``manifest.json`` atomically, under a lock on
-   the output (:func:`write.staging`).
+   the output (:func:`write.staging`); or, with ``job.out_format = "delta"``, add the run to
+   a Delta table as its run date's partition (:func:`write.commit_delta`).
 
 A :class:`Runner` computes: :class:`Local` in this process (with the automatic choices of
 :mod:`tfgm_dist.auto`), :class:`Supervised` through a labelled collection
@@ -142,9 +143,12 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
         if job.seeds:
             raise InputError(f"{job.seeds}: align-supervised takes no seed pairs")
         paths["collection"] = collection
-    out = write.check_output(job.out, job.overwrite, job.output_root)
+    delta = job.out_format == "delta"
+    out = write.check_output(job.out, job.overwrite, job.output_root, delta=delta)
     watch, start = Stopwatch(), time.perf_counter()
     run = {"schema": METRICS_SCHEMA, "run_id": run_id(), "started_at": _now()}
+    if delta:
+        run["run_date"] = job.run_date or datetime.now(timezone.utc).date().isoformat()
     with _inputs_folder() as tmp:
         with watch.stage("load"):
             local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
@@ -178,7 +182,11 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
                        "input_stats": {"source": pair.source.stats,
                                        "target": pair.target.stats},
                        **extra}
-            write.commit(stage, out, metrics, {"files": files, **about})
+            if delta:
+                metrics["delta_version"] = write.commit_delta(stage, job.out, run["run_date"],
+                                                              metrics, about)
+            else:
+                write.commit(stage, out, metrics, {"files": files, **about})
     checkpoint.discard(resume)
     return metrics
 

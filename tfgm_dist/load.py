@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import torch
 
 from tfgm_dist.config import column_names
-from tfgm_dist.errors import InputError
+from tfgm_dist.errors import InputError, one_line
 from tfgm_dist.graph import Graph
 
 FORMATS = ("edgelist", "triples", "gw", "parquet")
@@ -83,7 +83,7 @@ def fetch(uri: str, folder: str | Path) -> Path:
         pafs.copy_files(path, str(local), source_filesystem=fs,
                         destination_filesystem=pafs.LocalFileSystem())
     except (OSError, pa.ArrowException) as e:
-        raise InputError(f"{uri}: cannot read ({_one_line(e)})") from None
+        raise InputError(f"{uri}: cannot read ({one_line(e)})") from None
     return local
 
 
@@ -443,7 +443,7 @@ def _reading(path: Path) -> Iterator[None]:
     try:
         yield
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: not a readable Parquet file ({_one_line(e)})") from None
+        raise InputError(f"{path}: not a readable Parquet file ({one_line(e)})") from None
 
 
 def _batches(data: ds.Dataset, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -749,8 +749,3 @@ def _graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
         stats={"input_edges": len(src), "self_loops": int(loops.sum()),
                "duplicate_edges": len(candidates) - len(first), **(stats or {})},
     )
-
-
-def _one_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

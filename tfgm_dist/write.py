@@ -12,6 +12,11 @@ filesystem it is renamed into place in one step, so a reader sees either the pre
 complete result or the new one; on an object store, which cannot rename a folder, the old
 manifest is retracted first and the new one copied last, so a reader that waits for
 ``manifest.json`` never sees half a result. A failed run leaves nothing behind.
+
+With ``job.out_format = "delta"`` ``OUT`` is instead a Delta Lake table of dated runs
+(:func:`commit_delta`): the staged matches are appended in one transaction that replaces
+the partition of the run's date, and the commit's metadata keeps the run's metrics,
+config, inputs and versions.
 """
 from __future__ import annotations
 
@@ -26,16 +31,19 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
-from .errors import InputError
+from .errors import InputError, one_line
 from .search import Candidates
 
 if TYPE_CHECKING:
@@ -44,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+DELTA_LOG = "_delta_log"
+RUN_METADATA = "tfgm-dist.run"  # the key of a Delta commit's metadata holding the run
 FORMAT = "tfgm-dist/1"
 
 
@@ -141,12 +151,15 @@ def location(out: str | Path | Location) -> Location:
     return Location(pafs.LocalFileSystem(), os.path.abspath(text))
 
 
-def check_output(out: str | Path | Location, overwrite: bool, root: str = "") -> Location:
+def check_output(out: str | Path | Location, overwrite: bool, root: str = "",
+                 delta: bool = False) -> Location:
     """Validate ``out`` before any work is done: refuse to replace a different run's output.
 
     A folder that holds a tfgm-dist manifest is replaced only with ``overwrite``; any other
-    existing, non-empty folder is never touched. With ``root`` (``job.output_root``), ``out``
-    must lie inside it, after resolving ``..`` and symbolic links.
+    existing, non-empty folder is never touched. With ``delta``, ``out`` is a Delta table
+    (or an empty or new folder) that the run is added to. With ``root``
+    (``job.output_root``), ``out`` must lie inside it, after resolving ``..`` and symbolic
+    links.
     """
     out = location(out)
     if root:
@@ -160,7 +173,11 @@ def check_output(out: str | Path | Location, overwrite: bool, root: str = "") ->
     info = out.info()
     if info.type == pafs.FileType.File:
         raise InputError(f"{out}: output path exists and is not a folder")
-    if info.type == pafs.FileType.Directory and out.listing(recursive=False):
+    if info.type == pafs.FileType.Directory and out.listing(recursive=False) and delta:
+        if (out / DELTA_LOG).info().type != pafs.FileType.Directory:
+            raise InputError(f"{out}: output folder is not empty and is not a Delta table; "
+                             "refusing to write into it")
+    elif info.type == pafs.FileType.Directory and out.listing(recursive=False):
         if not _holds_run(out):
             raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
                              "result; refusing to write into it")
@@ -324,6 +341,36 @@ def commit(stage: Location, out: Location, metrics: dict[str, Any],
         _swap_in(Path(stage.path), Path(out.path))
     else:
         _copy_in(stage, out)
+
+
+def commit_delta(stage: Location, table: str, run_date: str, metrics: dict[str, Any],
+                 manifest: dict[str, Any]) -> int:
+    """Add the staged matches to the Delta table at ``table`` (a path or URI) as the run of
+    ``run_date``, in one transaction; returns the table's new version.
+
+    Rows gain ``run_id`` and ``run_date`` (the partition column). The transaction replaces
+    the partition of ``run_date`` whole, so a rerun of a date is idempotent and other dates
+    stay; a reader sees the previous version until it commits, and a run that dies before
+    leaves the table as it was. The commit's metadata (:data:`RUN_METADATA`, JSON) keeps
+    the run's metrics and manifest: ``DeltaTable(table).history()`` lists every run.
+    """
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    staged = ds.dataset((stage / "matches").path, filesystem=stage.fs, format="parquet")
+    columns = {"run_id": pc.scalar(metrics["run_id"]),
+               "run_date": pc.scalar(pa.scalar(date.fromisoformat(run_date), pa.date32())),
+               **{name: pc.field(name) for name in staged.schema.names}}
+    rows = staged.scanner(columns=columns).to_reader()
+    run = json.dumps({"metrics": metrics, "manifest": manifest}, default=str)
+    try:
+        write_deltalake(table, rows, mode="overwrite", partition_by=["run_date"],
+                        predicate=f"run_date = '{run_date}'",
+                        commit_properties=CommitProperties(custom_metadata={RUN_METADATA: run}))
+        return DeltaTable(table).version()
+    except (DeltaError, TableNotFoundError, OSError) as e:
+        raise InputError(f"{table}: cannot add the run to this Delta table "
+                         f"({one_line(e)})") from None
 
 
 def _swap_in(stage: Path, out: Path) -> None:

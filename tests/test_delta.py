@@ -1,0 +1,95 @@
+"""Delta Lake output: dated runs in one table, a rerun replacing its date, the run history in
+the commits, refusals; read back with deltalake and polars."""
+import json
+
+import polars as pl
+import pyarrow.dataset as ds
+import pytest
+from deltalake import DeltaTable
+
+from tfgm_dist import cli
+from tfgm_dist.config import Config, with_overrides
+from tfgm_dist.job import run_job
+from tfgm_dist.synth import write_pair
+from tfgm_dist.write import RUN_METADATA
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return write_pair(tmp_path_factory.mktemp("pair"), 600, seed=3)
+
+
+def job(pair, out, **job) -> Config:
+    settings = {f"job.{k}": v for k, v in {"source": str(pair["source"]),
+                                            "target": str(pair["target"]),
+                                            "gold": str(pair["gold"]), "out": str(out),
+                                            **job}.items()}
+    return with_overrides(Config(), **settings, **{"bootstrap.rounds": 0})
+
+
+def test_runs_append_by_date_and_a_rerun_replaces_only_its_date(pair, tmp_path):
+    table = tmp_path / "lake" / "matches"
+    table.parent.mkdir()
+    first = run_job(job(pair, table, out_format="delta", run_date="2026-11-22"))
+    second = run_job(job(pair, table, out_format="delta", run_date="2026-11-23"))
+    rerun = run_job(job(pair, table, out_format="delta", run_date="2026-11-22"))
+    assert [first["delta_version"], second["delta_version"], rerun["delta_version"]] == [0, 1, 2]
+
+    rows = pl.read_delta(str(table))
+    assert rows.columns[:2] == ["run_id", "run_date"]
+    per_date = dict(rows.group_by("run_date").agg(pl.col("run_id").unique()).iter_rows())
+    assert {str(d): ids for d, ids in per_date.items()} == {
+        "2026-11-22": [rerun["run_id"]], "2026-11-23": [second["run_id"]]}
+    assert rows.height == first["rows"] + second["rows"]
+
+    # the same matches as the plain Parquet folder of the same job
+    plain = tmp_path / "plain"
+    run_job(job(pair, plain))
+    want = pl.from_arrow(ds.dataset(plain / "matches").to_table().replace_schema_metadata(None))
+    got = rows.filter(pl.col("run_id") == second["run_id"]).drop("run_id", "run_date")
+    assert got.sort("source_id", "rank").equals(want.sort("source_id", "rank"))
+
+    history = DeltaTable(str(table)).history()
+    runs = [json.loads(h[RUN_METADATA]) for h in sorted(history, key=lambda h: h["version"])]
+    assert [r["metrics"]["run_id"] for r in runs] == [m["run_id"] for m in (first, second, rerun)]
+    assert runs[1]["metrics"]["hits@1"] == second["hits@1"]
+    assert runs[1]["manifest"]["config"]["job"]["run_date"] == "2026-11-23"
+    assert sorted(p.name for p in table.parent.iterdir()) == ["matches"]  # nothing staged left
+
+
+def test_the_run_date_defaults_to_today_in_utc(pair, tmp_path):
+    from datetime import datetime, timezone
+    metrics = run_job(job(pair, tmp_path / "t", out_format="delta"))
+    today = datetime.now(timezone.utc).date().isoformat()
+    assert metrics["run_date"] == today
+    dates = DeltaTable(str(tmp_path / "t")).to_pyarrow_table(columns=["run_date"])
+    assert {str(d) for d in dates.column("run_date").to_pylist()} == {today}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--run-date", "2026-02-30"], "job.run_date '2026-02-30' is not a date (YYYY-MM-DD)"),
+    (["--overwrite"], "job.overwrite does not apply to out_format = \"delta\""),
+])
+def test_bad_delta_options_are_one_error_line(pair, tmp_path, capsys, extra, message):
+    code = cli.main(["-q", "align", str(pair["source"]), str(pair["target"]), "--out",
+                     str(tmp_path / "t"), "--out-format", "delta", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_folder_that_is_no_delta_table_is_refused(pair, tmp_path, capsys):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "notes.txt").write_text("mine")
+    code = cli.main(["-q", "align", str(pair["source"]), str(pair["target"]), "--out",
+                     str(tmp_path / "t"), "--out-format", "delta"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not empty and is not a Delta table" in err
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["notes.txt"]
+
+
+def test_a_plain_output_folder_is_not_taken_for_a_delta_table(pair, tmp_path, capsys):
+    run_job(job(pair, tmp_path / "t"))
+    code = cli.main(["-q", "align", str(pair["source"]), str(pair["target"]), "--out",
+                     str(tmp_path / "t"), "--out-format", "delta"])
+    assert code == 2 and "is not a Delta table" in capsys.readouterr().err
