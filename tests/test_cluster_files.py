@@ -189,6 +189,12 @@ def test_embedded_job_toml_has_job_and_ray_sections():
     assert cfg["ray"]["partitions"] == sum(g["replicas"] for g in groups)
 
 
+def test_embedded_job_adds_each_night_to_a_delta_table_as_its_date():
+    job = _job_toml()["job"]
+    assert job["out_format"] == "delta"
+    assert not job.get("overwrite") and not job.get("run_date")  # the date is today's, per run
+
+
 def test_embedded_job_toml_is_a_valid_config():
     config = pytest.importorskip("tfgm_dist.config")
     cfg = _job_toml()
