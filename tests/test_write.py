@@ -155,23 +155,50 @@ def test_commit_over_a_previous_run_replaces_it_whole(tmp_path):
     assert leftovers(tmp_path) == []  # neither staging nor the renamed old run remain
 
 
-def test_object_store_commit_copies_the_manifest_last_and_replaces_the_old_run(tmp_path):
-    """A filesystem without folder rename (here a SubTree filesystem, as S3 or GCS would be)
-    takes the copy path: the old run is retracted, the new one copied, manifest last."""
+def object_store(tmp_path) -> Location:
+    """A filesystem without folder rename, as S3 or GCS would be: the copy path."""
     store = Location(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), "lake/run")
     assert not store.local
+    return store
+
+
+def listed(out) -> list[str]:
+    return [f["path"] for f in json.loads((out / MANIFEST).read_text())["files"]]
+
+
+def test_object_store_commit_copies_the_manifest_last_and_replaces_the_old_run(tmp_path):
+    store, out = object_store(tmp_path), tmp_path / "lake" / "run"
     run(store, matches(6), {"hits@1": 1.0})
-    (tmp_path / "lake" / "run" / "matches" / "part-00001.parquet").write_bytes(b"stale")
+    (out / "matches" / "part-00001.parquet").write_bytes(b"stale")
     check_output(store, overwrite=True)
     run(store, matches(3, offset=50), {"hits@1": 2.0})
-    out = tmp_path / "lake" / "run"
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "matches", "metrics.json"]
-    assert [p.name for p in (out / "matches").iterdir()] == ["part-00000.parquet"]
-    assert ds.dataset(out / "matches", format="parquet").count_rows() == 3
+    files = listed(out)
+    assert [f"matches/{p.name}" for p in (out / "matches").iterdir()] == files
+    assert ds.dataset([str(out / f) for f in files], format="parquet").count_rows() == 3
     assert json.loads((out / "metrics.json").read_text()) == {"hits@1": 2.0}
-    newest = max(out.rglob("*"), key=lambda p: p.stat().st_mtime_ns)
+    newest = max((p for p in out.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime_ns)
     assert newest.name == MANIFEST
     assert leftovers(tmp_path / "lake") == []
+
+
+def test_object_store_commit_dying_before_its_manifest_leaves_the_old_run_whole(
+        tmp_path, monkeypatch):
+    store, out = object_store(tmp_path), tmp_path / "lake" / "run"
+    run(store, matches(6), {"hits@1": 1.0})
+    before = listed(out)
+    write_text = Location.write_text
+
+    def dies_at_the_manifest(self, text):
+        if self.name == MANIFEST and "lake/run" in self.path:
+            raise OSError("connection reset")
+        write_text(self, text)
+
+    monkeypatch.setattr(Location, "write_text", dies_at_the_manifest)
+    with pytest.raises(OSError):
+        run(store, matches(3, offset=50), {"hits@1": 2.0})
+    assert listed(out) == before  # the manifest still names the old run, whose files remain
+    assert ds.dataset([str(out / f) for f in before], format="parquet").count_rows() == 6
 
 
 def test_commit_into_an_existing_empty_folder(tmp_path):

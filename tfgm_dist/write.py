@@ -9,9 +9,10 @@ Layout of ``OUT``::
 ``OUT`` is a local path or a pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``,
 ``file://``). Everything is written into a hidden staging folder beside ``OUT``. On a local
 filesystem it is renamed into place in one step, so a reader sees either the previous
-complete result or the new one; on an object store, which cannot rename a folder, the old
-manifest is retracted first and the new one copied last, so a reader that waits for
-``manifest.json`` never sees half a result. A failed run leaves nothing behind.
+complete result or the new one; on an object store, which cannot rename a folder, the new
+files are copied under names of their own and the manifest last, and only then are the old
+run's files deleted, so a reader that follows ``manifest.json`` never sees half a result.
+A failed run leaves nothing behind.
 
 With ``job.out_format = "delta"`` ``OUT`` is instead a Delta Lake table of dated runs
 (:func:`commit_delta`): the staged matches are appended in one transaction that replaces
@@ -336,11 +337,11 @@ def commit(stage: Location, out: Location, metrics: dict[str, Any],
     (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     manifest = {"format": FORMAT,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **manifest}
-    (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     if out.local:
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _swap_in(Path(stage.path), Path(out.path))
     else:
-        _copy_in(stage, out)
+        _copy_in(stage, out, manifest)
 
 
 def commit_delta(stage: Location, table: str, run_date: str, metrics: dict[str, Any],
@@ -386,16 +387,23 @@ def _swap_in(stage: Path, out: Path) -> None:
         os.rename(stage, out)
 
 
-def _copy_in(stage: Location, out: Location) -> None:
-    """Object stores have no folder rename: retract the old manifest, copy the new files,
-    and copy the manifest last, so a reader that waits for it never sees a partial result."""
-    fs = out.fs
-    if (out / MANIFEST).info().type == pafs.FileType.File:
-        fs.delete_file((out / MANIFEST).path)
-    fs.delete_dir_contents(out.path, missing_dir_ok=True)
-    files = sorted(i.path for i in stage.listing() if i.type == pafs.FileType.File)
-    for src in sorted(files, key=lambda f: f.endswith("/" + MANIFEST)):
-        dst = out / src[len(stage.path.rstrip("/")) + 1:]
-        fs.create_dir(dst.parent.path, recursive=True)
-        fs.copy_file(src, dst.path)
+def _copy_in(stage: Location, out: Location, manifest: dict[str, Any]) -> None:
+    """Object stores have no folder rename: copy the new run's files under names of their
+    own, then its manifest (one object written whole), and only then delete what the new
+    manifest does not list. A reader that follows ``manifest.json`` sees the old run or the
+    new one, whole; a run that dies before its manifest lands leaves the old run intact."""
+    fs, tag = out.fs, uuid.uuid4().hex[:8]
+    renamed = {f["path"]: f"matches/{tag}-{f['path'].rsplit('/', 1)[-1]}"
+               for f in manifest.get("files", [])}
+    fs.create_dir((out / "matches").path, recursive=True)
+    for old, new in renamed.items():
+        fs.copy_file((stage / old).path, (out / new).path)
+    fs.copy_file((stage / "metrics.json").path, (out / "metrics.json").path)
+    manifest = {**manifest, "files": [{**f, "path": renamed[f["path"]]}
+                                      for f in manifest.get("files", [])]}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    keep = {(out / name).path for name in (*renamed.values(), "metrics.json", MANIFEST)}
+    for info in out.listing():
+        if info.type == pafs.FileType.File and info.path not in keep:
+            fs.delete_file(info.path)
     fs.delete_dir(stage.path)
