@@ -16,6 +16,9 @@ from typing import Callable
 from . import __version__
 from .config import ASSIGN_METHODS, OUT_FORMATS, Config, load_config, setting, with_overrides
 from .errors import InputError
+from .stopwatch import JsonFormatter
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 log = logging.getLogger("tfgm_dist")
 
@@ -68,7 +71,14 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tfgm-dist", description=__doc__.splitlines()[0])
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="warnings and errors only on stderr (= --log-level warning)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="debug messages too (= --log-level debug)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="default info (progress included)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="json: one JSON object per line (time, level, logger, message), for "
+                   "log collectors; no progress bars")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -165,8 +175,11 @@ def _failed(message: str, status: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # before the heavy imports: --help answers at once
     from .job import run_job
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    level = args.log_level or ("debug" if args.verbose else "warning" if args.quiet else "info")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if args.log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     commands = {"synth": lambda: _synth(args), "demo": lambda: _demo(args),
                 "align-supervised": lambda: run_job(_config(args), collection=args.collection),
                 "align": lambda: run_job(_config(args))}

@@ -51,13 +51,13 @@ from .pipeline import (Pair, Plan, Scored, channels, conclude, operators, plan, 
                        search_options)
 from .search import (IVF_KINDS, Candidates, build_index, exact_best, probe, probe_rows, search,
                      set_nprobe, tune_nprobe)
-from .stopwatch import Stopwatch, peak_rss_bytes
+from .stopwatch import Progress, Stopwatch, peak_rss_bytes
 
 log = logging.getLogger("tfgm_dist")
 
 RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or task
 RESTART_HEADROOM = 0.5  # share of an actor's threads reserved as Ray CPUs
-Progress = Callable[[str, dict], None]
+Events = Callable[[str, dict], None]  # hears of each layer and search part as submitted
 
 
 CONNECT_TIMEOUT_S = 60.0  # an address that does not answer within this is an error
@@ -370,6 +370,16 @@ def _cause(error: Exception) -> Exception:
     return error
 
 
+def _completed(refs: list[ray.ObjectRef], stage: str, unit: str) -> None:
+    """Wait for ``refs`` one by one as they complete, reporting the share done
+    (:class:`Progress`). The objects stay where they are (``fetch_local=False``): the driver
+    only learns that they exist."""
+    meter, pending = Progress(stage, len(refs), unit), list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
+        meter.advance(len(ready))
+
+
 def _report(worker: ray.actor.ActorHandle, role: str) -> dict[str, Any]:
     """An actor's usage; an actor being restarted after a lost node may not answer, which
     must not fail a run whose results are already in."""
@@ -433,11 +443,11 @@ class Run:
     """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``."""
 
     def __init__(self, pair: Pair, cfg: Config, partitions: int, watch: Stopwatch,
-                 progress: Progress | None = None, prepared: Prepared | None = None
+                 events: Events | None = None, prepared: Prepared | None = None
                  ) -> None:
         self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
         self.prepared = prepared or Prepared({"enabled": False})
-        self.progress = progress or (lambda event, info: None)
+        self.events = events or (lambda event, info: None)
         self.device, self.actor_cpus, self.actor_options = placement(*_resources(), partitions)
         self.usage: list[dict] = []
         self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
@@ -506,15 +516,16 @@ class Run:
             for p in range(P)]
         try:
             with self.watch.stage("embed"):
-                emb = [self._embed(g) for g in (0, 1)]
-                ray.wait(emb[0] + emb[1], num_returns=2 * P)
+                blocks: list[ray.ObjectRef] = []
+                emb = [self._embed(g, blocks) for g in (0, 1)]
+                _completed(blocks + emb[0] + emb[1], "embed", "blocks")
             pl = plan(pair, cfg)
             with self.watch.stage("search"):
                 forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
                 backward = None if pl.sources is None else self._search(
                     "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
-                ray.wait([*forward[0], *(backward[0] if backward else [])],
-                         num_returns=len(forward[0]) + (len(backward[0]) if backward else 0))
+                _completed([*forward[0], *(backward[0] if backward else [])], "search",
+                           "parts")
             usage = [_report(w, f"part {p}") for p, w in enumerate(self.workers)]
         finally:
             for w in self.workers:
@@ -548,8 +559,9 @@ class Run:
         return replace(self.pair, source=replace(self.pair.source, **strip),
                        target=replace(self.pair.target, **strip))
 
-    def _embed(self, g: int) -> list[ray.ObjectRef]:
-        """Per part, the object reference of graph ``g``'s embedding rows."""
+    def _embed(self, g: int, submitted: list[ray.ObjectRef]) -> list[ray.ObjectRef]:
+        """Per part, the object reference of graph ``g``'s embedding rows; each layer's
+        blocks are added to ``submitted`` (to watch them complete)."""
         P, w, exchange = self.P, self.workers, self.exchange[g]
 
         def call(method, p: int, send: bool, *args) -> list[ray.ObjectRef]:
@@ -567,13 +579,14 @@ class Run:
             h = [call(w[p].first, p, ec.layers > 0, g, c) for p in range(P)]
             layers = [[x[0] for x in h]] if ec.include_input else []
             for l in range(ec.layers):
-                self.progress("embed-layer", {"graph": g, "channel": c, "layer": l + 1,
+                self.events("embed-layer", {"graph": g, "channel": c, "layer": l + 1,
                                               "workers": w})
                 log.info("embed: graph %s, channel %d, layer %d/%d on %d parts",
                          "st"[g], c, l + 1, ec.layers, P)
                 h = [call(w[p].layer, p, l + 1 < ec.layers, g, c, l, h[p][0],
                           *[slice_for(p, q, h) for q in exchange[p][0]]) for p in range(P)]
                 layers.append([x[0] for x in h])
+                submitted += layers[-1]
             kept = [layers[-1]] if ec.basic else layers
             for p in range(P):
                 blocks[p] += [lay[p] for lay in kept]
@@ -608,7 +621,7 @@ class Run:
             opts = {**opts, "nprobe": self.searched[key]["nprobe"]}
         merged, rows = [], []
         for q in range(self.P):
-            self.progress("search", {"direction": key, "part": q, "workers": self.workers})
+            self.events("search", {"direction": key, "part": q, "workers": self.workers})
             nodes = query_nodes[qpart.part[query_nodes] == q]
             hits = [self.workers[p].search.remote(key, k, queries[q], qpart.position[nodes],
                                                   base[p], shard_rows[p], shard_ids[p], opts)

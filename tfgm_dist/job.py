@@ -35,7 +35,7 @@ from .pipeline import Pair, Result, load_pair
 from .stopwatch import Stopwatch, peak_rss_bytes
 
 if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
-    from .distributed import Progress
+    from .distributed import Events
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +101,11 @@ def _kept(result: Result, pair: Pair, cfg: Config, watch: Stopwatch, stage: writ
 
 class OnRay:
     """The stages after load on Ray with ``cfg.ray.partitions`` parts; the automatic
-    choices and the held-out estimate run first, in this process. ``progress`` hears of
-    each embedding layer."""
+    choices and the held-out estimate run first, in this process. ``events`` hears of each
+    embedding layer and search part as it is submitted (the fault tests kill actors there)."""
 
-    def __init__(self, progress: Progress | None = None) -> None:
-        self.progress = progress
+    def __init__(self, events: Events | None = None) -> None:
+        self.events = events
         self.summary: dict[str, Any] = {}
 
     def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
@@ -117,7 +117,7 @@ class OnRay:
                              "nodes of the smaller graph")
         distributed.connect(cfg.ray.address)  # fails fast, before the passes of prepare
         pair, cfg, prepared = auto.prepare(pair, cfg, watch)
-        on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.progress, prepared)
+        on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared)
         quality, files = on_ray.align_and_write(stage, about, resume)
         self.summary = {"ray": on_ray.report()}
         return quality, files

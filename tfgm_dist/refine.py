@@ -24,16 +24,14 @@ Memory is ``O((|V_s| + |V_t|) R + |V_s| k)``: nothing dense of size ``|V_s| x |V
 """
 from __future__ import annotations
 
-import logging
-
 import torch
 import torch.nn.functional as F
 
 from .config import EmbedConfig
 from .embed import RowBlock, csr_on_purpose, embed, layer_params
 from .search import Candidates, candidates_from_coo
+from .stopwatch import Progress
 
-log = logging.getLogger(__name__)
 
 
 def _transpose_csr(index: torch.Tensor, num_targets: int) -> tuple[torch.Tensor, ...]:
@@ -99,7 +97,8 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
                                           (n_s, n_t))
     params = layer_params(psi, dim)  # psi_2 is weight-free: built once, not every step
     gen = torch.Generator().manual_seed(seed)
-    for step in range(steps):
+    meter = Progress("refine", steps, "steps")
+    for _ in range(steps):
         s = torch.softmax(logits, dim=1).nan_to_num(0.0)
         with csr_on_purpose():
             s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
@@ -107,8 +106,7 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         o_s = embed(r_s, block_s, psi, params)
         o_t = embed(s_t @ r_s, block_t, psi, params)
         logits = logits + _candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
-        if (step + 1) % max(1, steps // 5) == 0:
-            log.info("refine: step %d/%d", step + 1, steps)
+        meter.advance()
     out = Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index)
     return Candidates(F.pad(out.scores, (0, k - width), value=-torch.inf),
                       F.pad(out.index, (0, k - width), value=-1))

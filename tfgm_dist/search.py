@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import INDEX_KINDS
+from .stopwatch import Progress
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,7 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
         stored = faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d)
         norms = np.linalg.norm(stored.reshape(index.ntotal, index.d), axis=1)
         largest = float(norms.max(initial=0.0))
+    meter = Progress("search", n, "queries")
     for start in range(0, n, block):
         stop = min(start + block, n)
         rows = np.arange(start, stop)
@@ -281,7 +283,7 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
             slack = FLAT_ROUNDING * np.linalg.norm(q, axis=1) * largest if flat else 0.0
             tied = (s[:, -1] >= c.scores[:, k - 1].numpy() - slack) & (i[:, -1] >= 0)
             rows, width = rows[tied], min(2 * width, index.ntotal)
-        log.info("search: %d/%d queries", stop, n)
+        meter.advance(stop - start)
     return Candidates(scores, found)
 
 
@@ -334,11 +336,12 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
     row_s, row_i = torch.empty(n, w_row), torch.empty(n, w_row, dtype=torch.long)
     col_s, col_i = torch.empty(0, m), torch.empty(0, m, dtype=torch.long)
     block = max(1, block_cells // max(1, m))
+    meter = Progress("search both ways", n, "queries")
     for start in range(0, n, block):
         s = q_s[start:start + block] @ q_t.T
         row_s[start:start + block], row_i[start:start + block] = s.topk(w_row, dim=1)
         col_s, col_i = _column_top(col_s, col_i, s, start, w_col)
-        log.info("search: %d/%d queries, both ways", min(start + block, n), n)
+        meter.advance(s.size(0))
     return (_canonical(x_s, x_t, ids_t, row_s, row_i, k),
             _canonical(x_t, x_s, ids_s, col_s.T.contiguous(), col_i.T.contiguous(), k))
 
