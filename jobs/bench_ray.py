@@ -38,7 +38,7 @@ def _row(label: str, wall: float, m: dict, base: float | None) -> str:
     largest = max((p["peak_rss_bytes"] for p in procs), default=0)
     total = m["peak_rss_bytes"] + sum(p["peak_rss_bytes"] for p in procs)
     over = "-" if base is None else f"{wall - base:+.1f} s ({wall / base:.2f}x)"
-    return (f"| {label} | {wall:.1f} | {over} | {seconds} | {m['hits@1']:.1f} | "
+    return (f"| {label} | {wall:.1f} | {over} | {seconds} | {100 * m['hits@1']:.1f} | "
             f"{m['peak_rss_bytes'] / 2**30:.2f} | {largest / 2**30:.2f} | {total / 2**30:.2f} |")
 
 

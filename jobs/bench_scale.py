@@ -209,7 +209,7 @@ def _print(rows: list, partitions: int) -> None:
     for n, wall, m, (pss, used), _ in rows:
         sec = " | ".join(f"{m['seconds'].get(s, 0):.1f}" for s in stages)
         print(f"| {n:,} | {wall:.0f} | {wall / base:.1f}x | {sec} | {pss / 2**30:.2f} "
-              f"| {used / 2**30:.2f} | {m['hits@1']:.2f} | {m['accuracy']:.2f} |")
+              f"| {used / 2**30:.2f} | {100 * m['hits@1']:.2f} | {100 * m['accuracy']:.2f} |")
     print(f"\nRay, P = {partitions}. Exact search on a sample of gold sources, same embeddings:\n")
     print("| nodes | sample | exact Hits@1 | run's match | nprobe / nlist | tuned recall@1 |")
     print("|---|---|---|---|---|---|")

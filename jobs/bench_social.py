@@ -380,13 +380,13 @@ def _tfgm_cells(m: dict, baseline_h1: float) -> str:
     """The tfgm-dist columns of a row (Hits and accuracy in percent)."""
     if "error" in m:
         return f"failed: {m['error'][:100].replace('|', '/')} | | | | | | |"
-    h1 = m["hits@1"]  # metrics.json: Hits and accuracy in percent, MRR and the estimate in 0-1
+    h1 = 100 * m["hits@1"]  # metrics.json: rates in [0, 1]; this table: percent
     estimate = m.get("estimate")
     est = (f"{100 * estimate['hits@1']:.1f} ({estimate.get('held_out', '?')})"
            if isinstance(estimate, dict) and "hits@1" in estimate else "-")
-    acc = f"{m['accuracy']:.1f}" if "accuracy" in m else "-"
+    acc = f"{100 * m['accuracy']:.1f}" if "accuracy" in m else "-"
     ratio = f"{h1 / baseline_h1:.1f}x" if baseline_h1 > 0 else "-"
-    return (f"{h1:.1f} | {est} | {m['hits@10']:.1f} | {m['mrr']:.3f} | {acc} | "
+    return (f"{h1:.1f} | {est} | {100 * m['hits@10']:.1f} | {m['mrr']:.3f} | {acc} | "
             f"{m['seconds']:.1f} | {ratio} | {fmt_reliability(m)}")
 
 

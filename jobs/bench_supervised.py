@@ -86,7 +86,7 @@ def bench_yeast(seeds: int) -> None:
                 result = (align(pair, cfg) if kind == "unsup"
                           else align_supervised(pair, collection, cfg))
                 secs[kind].append(time.perf_counter() - start)
-                acc[(s, t), kind].append(result.metrics["accuracy"])
+                acc[(s, t), kind].append(100 * result.metrics["accuracy"])
     print(f"\n### Yeast PPI: supervised through yeast{', yeast'.join(map(str, LABELLED))} "
           f"vs unsupervised (node correctness %, Hungarian, {seeds} seeds)\n")
     print("| pair | unsupervised (yeast.toml) | supervised (supervised-yeast.toml) | gain |")
@@ -136,7 +136,7 @@ def bench_keypoints(seeds: int) -> None:
                 }
                 for m, fn in runs.items():
                     start = time.perf_counter()
-                    hits[m].append(fn().metrics["accuracy"])
+                    hits[m].append(100 * fn().metrics["accuracy"])
                     secs[m] += time.perf_counter() - start
                 pairs += 1
         for m in methods:

@@ -134,7 +134,7 @@ def test_estimate_never_reads_gold_and_tracks_the_true_accuracy(seeded_pair):
     est = with_gold.metrics["estimate"]
     assert est == no_gold.metrics["estimate"]
     assert est["held_out"] == 30 and 0 <= est["hits@1"] <= 1 and 0 <= est["mrr"] <= 1
-    assert abs(est["hits@1"] - with_gold.metrics["accuracy"] / 100) < 0.15
+    assert abs(est["hits@1"] - with_gold.metrics["accuracy"]) < 0.15
     assert torch.equal(with_gold.matched, no_gold.matched)
     assert with_gold.metrics["auto"]["selected"]["anchors"]
     sure = with_gold.metrics["reliability"]  # with gold only: how far the confidence holds
@@ -201,7 +201,7 @@ def test_bootstrapping_lifts_yeast_at_25_percent_noise_without_seeds():
     report = boot.metrics["auto"]["bootstrap"]
     assert report["hints"] > 100 and report["selected"]["anchors"] != "off"
     assert "bootstrap" not in plain.metrics["auto"]
-    assert boot.metrics["accuracy"] >= plain.metrics["accuracy"] + 3  # measured: +7 to +9
+    assert boot.metrics["accuracy"] >= plain.metrics["accuracy"] + 0.03  # measured: +7 to +9
     assert boot.rows.numel() == plain.rows.numel() == src.num_nodes  # hinted rows are output
 
 

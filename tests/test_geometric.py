@@ -101,5 +101,5 @@ def test_knn_labels_improve_keypoint_matching():
             o_s, o_t = net.embed(a.graph), net.embed(b.graph)
             plain.append(match_vectors(pair, o_s, o_t, cfg).metrics["accuracy"])
             labelled.append(align_labelled(pair, coll, o_c, o_s, o_t, cfg).metrics["accuracy"])
-    # measured 51.2 vs 33.8
-    assert np.mean(labelled) > np.mean(plain) + 8, (np.mean(labelled), np.mean(plain))
+    # measured 0.512 vs 0.338
+    assert np.mean(labelled) > np.mean(plain) + 0.08, (np.mean(labelled), np.mean(plain))

@@ -74,4 +74,4 @@ def test_a_ray_run_on_the_gpu_equals_one_process_on_the_cpu(cluster, tmp_path):
     on_gpu = run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "gpu"),
                                             "ray.partitions": 1}))
     assert on_gpu["ray"]["device"] == "cuda"
-    assert on_gpu["accuracy"] == pytest.approx(single["accuracy"], abs=0.1)
+    assert on_gpu["accuracy"] == pytest.approx(single["accuracy"], abs=0.001)

@@ -15,7 +15,7 @@ GOLD_S, GOLD_T = np.array([0, 0, 1, 2]), np.array([3, 1, 0, 0])
 
 def test_ranking_metrics_hand_example():
     out = ranking_metrics(C, GOLD_S, GOLD_T, ks=(1, 2, 10))
-    assert out == {"hits@1": 25.0, "hits@2": 75.0, "hits@10": 75.0,
+    assert out == {"hits@1": 0.25, "hits@2": 0.75, "hits@10": 0.75,
                    "mrr": pytest.approx((1 + 1 / 2 + 1 / 2 + 0) / 4), "evaluated": 4}
 
 
@@ -24,7 +24,7 @@ def test_ranking_metrics_default_keys():
 
 
 def test_accuracy_counts_exact_matches_and_unmatched_as_wrong():
-    assert accuracy(torch.tensor([3, 0, -1]), GOLD_S, GOLD_T) == 50.0
+    assert accuracy(torch.tensor([3, 0, -1]), GOLD_S, GOLD_T) == 0.5
 
 
 def test_gold_is_validated():

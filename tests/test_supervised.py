@@ -223,7 +223,7 @@ def test_supervised_beats_unsupervised_on_yeast():
                 gold=(np.arange(source.num_nodes), pair.target.index_of(source.ids, "gold")))
     unsupervised = align(pair, cfg).metrics["accuracy"]
     supervised = align_supervised(pair, coll, cfg).metrics["accuracy"]
-    assert supervised > unsupervised + 10, (supervised, unsupervised)  # measured 72.7 vs 53.6
+    assert supervised > unsupervised + 0.1, (supervised, unsupervised)  # measured 0.727 vs 0.536
 
 
 @needs_yeast
@@ -279,7 +279,7 @@ def test_cli_align_supervised_writes_matches(labelled_task, tmp_path):
     assert code == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["collection"] == {"graphs": 3, "nodes": 180, "labels": 60}
-    assert metrics["accuracy"] > 50 and "knn" in metrics["seconds"]
+    assert metrics["accuracy"] > 0.5 and "knn" in metrics["seconds"]
     table = pq.read_table(out / "matches" / "part-00000.parquet")
     assert table.num_rows == 60 and set(table.column("source_id").to_pylist()) == {
         f"s{v}" for v in range(60)}

@@ -41,7 +41,7 @@ def held_out(result: Result, held: tuple[np.ndarray, np.ndarray]) -> dict[str, A
     held-out sources decoded to their target (what rank 1 of the output is), MRR that of
     the ranked lists; rates in ``[0, 1]``, with the standard error of Hits@1."""
     m, n = result.metrics, int(held[0].size)
-    hits = m["accuracy"] / 100.0
+    hits = m["accuracy"]
     return {"hits@1": round(hits, 4), "mrr": round(m["mrr"], 4), "held_out": n,
             "stderr": round(math.sqrt(hits * (1 - hits) / n), 4)}
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
 log = logging.getLogger(__name__)
 
 INPUTS = ("source", "target", "seeds", "gold", "candidates", "queries")
-METRICS_SCHEMA = "tfgm-dist/metrics/1"  # metrics.json's layout; raised when a key changes
+METRICS_SCHEMA = "tfgm-dist/metrics/2"  # raised when a key changes; 2: hits and accuracy as rates
 
 
 class Runner(Protocol):

@@ -15,7 +15,7 @@ from .search import Candidates
 
 def ranking_metrics(c: Candidates, gold_src: np.ndarray, gold_tgt: np.ndarray,
                     ks: Sequence[int] = (1, 10)) -> dict:
-    """Hits@k (percent, 0-100) and MRR (0-1) of the gold targets in the candidate lists.
+    """Hits@k and MRR of the gold targets in the candidate lists, rates in [0, 1].
 
     The rank of gold pair ``(s, t)`` is pessimistic on ties:
     ``rank = 1 + #{j : score_sj > score_st} + #{other j : score_sj = score_st}``, i.e. the
@@ -34,21 +34,21 @@ def ranking_metrics(c: Candidates, gold_src: np.ndarray, gold_tgt: np.ndarray,
     gold_score = scores.masked_fill(~hit, -torch.inf).max(dim=1, keepdim=True).values
     at_least = ((scores >= gold_score) & (index >= 0)).sum(dim=1).double()
     rank = torch.where(hit.any(dim=1), at_least, torch.inf)
-    out = {f"hits@{k}": 100.0 * (rank <= k).double().mean().item() for k in ks}
+    out = {f"hits@{k}": (rank <= k).double().mean().item() for k in ks}
     out["mrr"] = rank.reciprocal().mean().item()
     out["evaluated"] = src.numel()
     return out
 
 
 def accuracy(assigned: torch.Tensor, gold_src: np.ndarray, gold_tgt: np.ndarray) -> float:
-    """Percent (0-100) of gold pairs ``(s, t)`` with ``assigned[s] == t``.
+    """Share (in [0, 1]) of gold pairs ``(s, t)`` with ``assigned[s] == t``.
 
     ``assigned`` is ``[n_s]`` target numbers, ``-1`` for unmatched sources (always wrong).
     """
     if assigned.dim() != 1:
         raise ValueError(f"assigned must be a [n_s] vector, got shape {tuple(assigned.shape)}")
     src, tgt = _gold(gold_src, gold_tgt, assigned.numel())
-    return 100.0 * (assigned[src] == tgt).double().mean().item()
+    return (assigned[src] == tgt).double().mean().item()
 
 
 def _gold(gold_src: np.ndarray, gold_tgt: np.ndarray,

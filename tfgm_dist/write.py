@@ -3,7 +3,7 @@
 Layout of ``OUT``::
 
     OUT/matches/part-00000.parquet   source_id, target_id, rank, score (the user's ids)
-    OUT/metrics.json                 hits@1, hits@10, mrr, accuracy, seconds, peak_rss_bytes
+    OUT/metrics.json                 hits@1, hits@10, mrr, accuracy (rates), seconds, peak_rss_bytes
     OUT/manifest.json                written last: files, row counts, config, inputs, versions
 
 ``OUT`` is a local path or a pyarrow filesystem URI (``s3://``, ``gs://``, ``hdfs://``,
