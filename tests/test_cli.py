@@ -7,6 +7,8 @@ output-folder safety rules and the ``synth`` / ``demo`` subcommands.
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import json
 from datetime import datetime
 from pathlib import Path
@@ -522,3 +524,14 @@ def test_columns_map_the_parquet_layout_and_a_bad_mapping_is_refused(synth, tmp_
     assert align(renamed["source"], renamed["target"], tmp_path / "bad",
                  "--columns", "src") == 2
     assert "is not COLUMN=NAME" in capsys.readouterr().err
+
+
+def test_a_missing_faiss_is_one_error_line_naming_the_extras(tmp_path):
+    blocked = ("import sys; sys.modules['faiss'] = None; from tfgm_dist import cli; "
+               f"sys.exit(cli.main(['demo', '--out', {str(tmp_path / 'out')!r}]))")
+    done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == ("error: FAISS is not installed: pip install 'tfgm-dist[cpu]' (or "
+                           "'[gpu]' on a CUDA 12 host)\n")
+    assert not (tmp_path / "out").exists()

@@ -132,8 +132,17 @@ def test_launcher_keeps_the_dashboard_private_and_installs_gpu_builds():
     assert "--dashboard-host=127.0.0.1" in head_start
     assert "ray dashboard cluster/aws-gpu.yaml" in AWS.read_text()
     workers = " ".join(c["worker_setup_commands"])
-    assert "faiss-gpu" in workers and "torch" in workers
-    assert "pip install" in " ".join(c["head_setup_commands"]) and "-e ~/tfgm-dist" in workers
+    assert 'tfgm-dist[gpu]"' in workers and "whl/cu12" in workers  # one CUDA major
+    assert 'tfgm-dist[cpu]"' in " ".join(c["head_setup_commands"])
+
+
+def test_faiss_is_one_build_per_extra_and_the_image_pairs_cuda_12_builds():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("faiss")]
+    extras = project["optional-dependencies"]
+    assert extras["cpu"] == ["faiss-cpu>=1.8"] and extras["gpu"] == ["faiss-gpu>=1.15"]
+    docker = (CLUSTER / "kuberay" / "Dockerfile").read_text()
+    assert "whl/cu128" in docker and "-e '.[gpu]'" in docker and "faiss-cpu" not in docker
 
 
 def test_launcher_passes_rays_own_schema():

@@ -174,7 +174,13 @@ def _failed(message: str, status: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)  # before the heavy imports: --help answers at once
-    from .job import run_job
+    try:
+        from .job import run_job
+    except ImportError as e:
+        if e.name != "faiss":
+            raise
+        return _failed("FAISS is not installed: pip install 'tfgm-dist[cpu]' (or '[gpu]' on "
+                       "a CUDA 12 host)", 1)
     level = args.log_level or ("debug" if args.verbose else "warning" if args.quiet else "info")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if args.log_format == "json" else
