@@ -223,6 +223,32 @@ def test_parquet_part_file_folders_as_spark_writes_them_read_in_path_order(tmp_p
         load_graph(directory)
 
 
+def test_delta_tables_read_at_their_current_version(tmp_path):
+    """A Delta table of edges (the input itself, or edges.parquet / nodes.parquet of the
+    layout) and of seed pairs: the current version only, not the files of replaced ones."""
+    from deltalake import write_deltalake
+    table = tmp_path / "edges"
+    write_deltalake(table, pa.table({"src": [9, 9], "dst": [8, 7], "day": ["1", "1"]}),
+                    partition_by=["day"])
+    write_deltalake(table, pa.table({"src": [3, 1], "dst": [1, 2], "day": ["2", "2"]}),
+                    mode="overwrite", partition_by=["day"])  # 9-8, 9-7 stay on disk, removed
+    write_deltalake(table, pa.table({"src": [2], "dst": [4], "day": ["3"]}), mode="append",
+                    partition_by=["day"])
+    g = load_graph(table)
+    assert sorted(edges(g)) == [(1, 2), (2, 4), (3, 1)] and g.num_nodes == 4
+    layout = tmp_path / "graph"
+    layout.mkdir()
+    table.rename(layout / "edges.parquet")
+    write_deltalake(layout / "nodes.parquet", pa.table({"id": [4, 3, 2, 1]}))
+    g = load_graph(layout)
+    assert g.ids.to_pylist() == [4, 3, 2, 1] and sorted(edges(g)) == [(1, 2), (2, 4), (3, 1)]
+    write_deltalake(tmp_path / "seeds", pa.table({"s": [3], "t": [4]}))
+    assert [a.tolist() for a in load_pairs(tmp_path / "seeds", g, g, "seeds")] == [[1], [0]]
+    (tmp_path / "seeds" / "_delta_log" / "00000000000000000000.json").write_text("{broken")
+    with raises(str(tmp_path / "seeds"), "not a readable Delta table"):
+        load_pairs(tmp_path / "seeds", g, g, "seeds")
+
+
 def test_parquet_columns_under_the_users_names(tmp_path):
     directory = parquet_dir(tmp_path, {"follower": ["a", "b"], "followee": ["b", "c"],
                                        "w": [1.0, 2.0]},

@@ -28,6 +28,7 @@ from tfgm_dist.graph import Graph
 
 FORMATS = ("edgelist", "triples", "gw", "parquet")
 EDGE_LIST_SUFFIXES = frozenset({"", ".tsv", ".csv", ".txt", ".edges", ".edgelist", ".el"})
+DELTA_LOG = "_delta_log"  # the transaction log folder that makes a folder a Delta Lake table
 # A first data line whose first field is one of these is a header, not data.
 HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id"})
 # Canonical decimal integers only, so that an integer id prints back exactly as it was read.
@@ -232,14 +233,15 @@ def _load_parquet_dir(path: Path, names: dict[str, str]) -> Graph:
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
     listed there; without it nodes are numbered in order of first appearance. Edges are read
     one row group at a time so that large files stream. Either may be a folder of part files,
-    as Spark and Hive write them (:func:`_parquet`). ``names`` maps the layout's column names
-    to the user's (:func:`~tfgm_dist.config.column_names`).
+    as Spark and Hive write them, or a Delta table (:func:`_parquet`); ``path`` itself may be
+    a Delta table of edges. ``names`` maps the layout's column names to the user's
+    (:func:`~tfgm_dist.config.column_names`).
     """
     if not path.is_dir():
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
     nodes_path = path / "nodes.parquet"
     nodes = _read_nodes(nodes_path, names) if nodes_path.exists() else None
-    edges_path = path / "edges.parquet"
+    edges_path = path if is_delta(path) else path / "edges.parquet"  # a Delta table of edges
     edges = _parquet(edges_path)
     columns = _edge_columns(edges.schema.names, edges_path, names)
     return _layout_graph(_batches(edges, edges_path, columns), columns, edges_path, nodes,
@@ -404,7 +406,7 @@ def _read_table(path: Path, ncols: int, what: str) -> _Rows:
 
 
 def _read_columns(path: Path, ncols: int) -> _Rows:
-    if path.suffix.lower() != ".parquet":
+    if path.suffix.lower() != ".parquet" and not is_delta(path):
         return _read_text_rows(path, ncols=(ncols,))
     file = _parquet(path)
     names = file.schema.names
@@ -419,12 +421,26 @@ def _read_columns(path: Path, ncols: int) -> _Rows:
 
 
 def _parquet(path: Path) -> ds.Dataset:
-    """A Parquet file, or a folder of part files (``part-*.parquet``, any depth, as Spark and
-    Hive write them; names starting with ``_`` or ``.``, such as ``_SUCCESS``, are not data).
-    The parts are read in the sorted order of their paths: a folder listing has no order of
-    its own, and the node order of ``nodes.parquet`` must not depend on it."""
+    """A Parquet file, a folder of part files (``part-*.parquet``, any depth, as Spark and
+    Hive write them; names starting with ``_`` or ``.``, such as ``_SUCCESS``, are not data),
+    or a Delta Lake table (a folder with ``_delta_log``: the files of its current version,
+    hive-style partition columns included). The parts are read in the sorted order of their
+    paths: a folder listing has no order of its own, and the node order of ``nodes.parquet``
+    must not depend on it."""
     if path.is_file():
         files = [path]
+    elif is_delta(path):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+        try:
+            files = sorted(DeltaTable(str(path)).file_uris())
+        except (DeltaError, OSError) as e:
+            raise InputError(f"{path}: not a readable Delta table ({one_line(e)})") from None
+        if not files:
+            raise InputError(f"{path}: a Delta table without rows")
+        with _reading(path):
+            return ds.dataset(files, format="parquet", partitioning="hive",
+                              partition_base_dir=str(path))
     elif path.is_dir():
         files = sorted(f for f in path.rglob("*") if f.is_file() and not any(
             part.startswith(("_", ".")) for part in f.relative_to(path).parts))
@@ -434,6 +450,11 @@ def _parquet(path: Path) -> ds.Dataset:
         raise InputError(f"{path}: no such file")
     with _reading(path):
         return ds.dataset([str(f) for f in files], format="parquet")
+
+
+def is_delta(path: Path) -> bool:
+    """Whether ``path`` is a Delta Lake table: a folder holding its transaction log."""
+    return (path / DELTA_LOG).is_dir()
 
 
 @contextmanager

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import torch
 
 from .errors import InputError, one_line
+from .load import DELTA_LOG
 from .search import Candidates
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-DELTA_LOG = "_delta_log"
 RUN_METADATA = "tfgm-dist.run"  # the key of a Delta commit's metadata holding the run
 FORMAT = "tfgm-dist/1"
 
