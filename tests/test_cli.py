@@ -532,6 +532,6 @@ def test_a_missing_faiss_is_one_error_line_naming_the_extras(tmp_path):
     done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == ("error: FAISS is not installed: pip install 'tfgm-dist[cpu]' (or "
-                           "'[gpu]' on a CUDA 12 host)\n")
+    assert done.stderr == ("error: FAISS is not installed: pip install faiss-cpu (or "
+                           "faiss-gpu on a CUDA 12 host)\n")
     assert not (tmp_path / "out").exists()

@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         if e.name != "faiss":
             raise
-        return _failed("FAISS is not installed: pip install 'tfgm-dist[cpu]' (or '[gpu]' on "
-                       "a CUDA 12 host)", 1)
+        return _failed("FAISS is not installed: pip install faiss-cpu (or faiss-gpu on a "
+                       "CUDA 12 host)", 1)
     level = args.log_level or ("debug" if args.verbose else "warning" if args.quiet else "info")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if args.log_format == "json" else
