@@ -7,15 +7,14 @@ local cluster started in-process. ``ray.partitions = 0`` picks one partition per
 one per two CPUs of the cluster.
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \\
-        python -m jobs.align jobs/configs/yeast-job.toml [--set job.out=... --set KEY=VALUE]
+        python -m jobs.align jobs/configs/yeast-job.toml [--set job.run_date=... --set KEY=VALUE]
 """
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
-from tfgm_dist.cli import outcome
+from tfgm_dist.cli import logging_options, outcome, start_logging
 from tfgm_dist.config import load_config, setting, with_overrides
 from tfgm_dist.job import run_job
 
@@ -35,13 +34,12 @@ def partitions(configured: int, address: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jobs.align", description=__doc__.splitlines()[0])
     p.add_argument("config", help="TOML or YAML job config with [job] and [ray] sections")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress in the job log")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="override a setting of CONFIG without editing it (repeatable): "
-                   "--set job.out=s3://bucket/tfgm/2026-11-24 --set search.k=20")
+                   "--set job.run_date=2026-11-23 --set search.k=20")
+    logging_options(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    start_logging(args)
 
     def work() -> dict:
         cfg = with_overrides(load_config(args.config), **dict(map(setting, args.set)))

@@ -130,7 +130,7 @@ def test_yeast_run_writes_metrics_matches_and_manifest(yeast):
     assert all(v >= 0 for v in m["seconds"].values())
     assert m["seconds"]["total"] >= m["seconds"]["refine"] + m["seconds"]["search"]
     assert m["peak_rss_bytes"] > 10 * 2**20
-    assert m["schema"] == "tfgm-dist/metrics/2" and len(m["run_id"]) == 32
+    assert m["schema_version"] == "tfgm-dist/metrics/2" and len(m["run_id"]) == 32
     started, finished = (datetime.fromisoformat(m[k]) for k in ("started_at", "finished_at"))
     assert started.tzinfo is not None and started <= finished
     assert m["accuracy"] > 0.5, m  # chance is 0.1 %; the paper reports ~84 % at 5 % noise

@@ -2,6 +2,7 @@
 the commits, refusals; read back with deltalake and polars."""
 import json
 
+import duckdb
 import polars as pl
 import pyarrow.dataset as ds
 import pytest
@@ -27,20 +28,31 @@ def job(pair, out, **job) -> Config:
     return with_overrides(Config(), **settings, **{"bootstrap.rounds": 0})
 
 
+def runs_per_date(frame: pl.DataFrame) -> dict[str, list[str]]:
+    per_date = frame.group_by("run_date").agg(pl.col("run_id").unique()).iter_rows()
+    return {str(d): ids for d, ids in per_date}
+
+
 def test_runs_append_by_date_and_a_rerun_replaces_only_its_date(pair, tmp_path):
     table = tmp_path / "lake" / "matches"
     table.parent.mkdir()
-    first = run_job(job(pair, table, out_format="delta", run_date="2026-11-22"))
-    second = run_job(job(pair, table, out_format="delta", run_date="2026-11-23"))
-    rerun = run_job(job(pair, table, out_format="delta", run_date="2026-11-22"))
-    assert [first["delta_version"], second["delta_version"], rerun["delta_version"]] == [0, 1, 2]
+    first, second, third, rerun = (
+        run_job(job(pair, table, out_format="delta", run_date=day))
+        for day in ("2026-11-21", "2026-11-22", "2026-11-23", "2026-11-21"))
+    assert [m["delta_version"] for m in (first, second, third, rerun)] == [0, 1, 2, 3]
 
     rows = pl.read_delta(str(table))
     assert rows.columns[:2] == ["run_id", "run_date"]
-    per_date = dict(rows.group_by("run_date").agg(pl.col("run_id").unique()).iter_rows())
-    assert {str(d): ids for d, ids in per_date.items()} == {
-        "2026-11-22": [rerun["run_id"]], "2026-11-23": [second["run_id"]]}
-    assert rows.height == first["rows"] + second["rows"]
+    assert runs_per_date(rows) == {"2026-11-21": [rerun["run_id"]],
+                                   "2026-11-22": [second["run_id"]],
+                                   "2026-11-23": [third["run_id"]]}
+    assert rows.height == 3 * first["rows"]
+    # DuckDB over the table's current version (its Arrow dataset), and time travel
+    current = DeltaTable(str(table)).to_pyarrow_dataset()
+    assert duckdb.sql("select count(distinct run_date), count(distinct run_id) from current"
+                      ).fetchall() == [(3, 3)]
+    assert runs_per_date(pl.read_delta(str(table), version=1)) == {
+        "2026-11-21": [first["run_id"]], "2026-11-22": [second["run_id"]]}
 
     # the same matches as the plain Parquet folder of the same job
     plain = tmp_path / "plain"
@@ -51,9 +63,10 @@ def test_runs_append_by_date_and_a_rerun_replaces_only_its_date(pair, tmp_path):
 
     history = DeltaTable(str(table)).history()
     runs = [json.loads(h[RUN_METADATA]) for h in sorted(history, key=lambda h: h["version"])]
-    assert [r["metrics"]["run_id"] for r in runs] == [m["run_id"] for m in (first, second, rerun)]
+    assert [r["metrics"]["run_id"] for r in runs] == [
+        m["run_id"] for m in (first, second, third, rerun)]
     assert runs[1]["metrics"]["hits@1"] == second["hits@1"]
-    assert runs[1]["manifest"]["config"]["job"]["run_date"] == "2026-11-23"
+    assert runs[1]["manifest"]["config"]["job"]["run_date"] == "2026-11-22"
     assert sorted(p.name for p in table.parent.iterdir()) == ["matches"]  # nothing staged left
 
 

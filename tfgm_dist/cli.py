@@ -69,8 +69,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    "local cluster started in-process)")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tfgm-dist", description=__doc__.splitlines()[0])
+def logging_options(p: argparse.ArgumentParser) -> None:
+    """``-q``, ``-v``, ``--log-level`` and ``--log-format``: of this command line and of the
+    Ray entrypoint ``jobs.align``; :func:`start_logging` applies them."""
     p.add_argument("-q", "--quiet", action="store_true",
                    help="warnings and errors only on stderr (= --log-level warning)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -79,6 +80,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="json: one JSON object per line (time, level, logger, message), for "
                    "log collectors; no progress bars")
+
+
+def start_logging(args: argparse.Namespace) -> None:
+    """Log to stderr at the level and in the format :func:`logging_options` parsed."""
+    level = args.log_level or ("debug" if args.verbose else "warning" if args.quiet else "info")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if args.log_format == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tfgm-dist", description=__doc__.splitlines()[0])
+    logging_options(p)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -181,11 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _failed("FAISS is not installed: pip install faiss-cpu (or faiss-gpu on a "
                        "CUDA 12 host)", 1)
-    level = args.log_level or ("debug" if args.verbose else "warning" if args.quiet else "info")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if args.log_format == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler])
+    start_logging(args)
     commands = {"synth": lambda: _synth(args), "demo": lambda: _demo(args),
                 "align-supervised": lambda: run_job(_config(args), collection=args.collection),
                 "align": lambda: run_job(_config(args))}

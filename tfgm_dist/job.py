@@ -146,7 +146,7 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
     delta = job.out_format == "delta"
     out = write.check_output(job.out, job.overwrite, job.output_root, delta=delta)
     watch, start = Stopwatch(), time.perf_counter()
-    run = {"schema": METRICS_SCHEMA, "run_id": run_id(), "started_at": _now()}
+    run = {"schema_version": METRICS_SCHEMA, "run_id": run_id(), "started_at": _now()}
     if delta:
         run["run_date"] = job.run_date or datetime.now(timezone.utc).date().isoformat()
     with _inputs_folder() as tmp:
