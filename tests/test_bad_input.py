@@ -210,3 +210,30 @@ def test_the_output_at_the_filesystem_root_is_refused_without_walking_it(tmp_pat
     g = write(tmp_path / "g.txt", EDGES)
     assert cli.main(["-q", "align", str(g), str(g), "--out", "/"]) == 2
     assert "not empty and holds no tfgm-dist result" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out_format", ["parquet", "delta"])
+def test_a_full_disk_is_one_error_line_naming_the_file_exit_1(tmp_path, capsys, monkeypatch,
+                                                              out_format):
+    """The write of the matches fails as a full disk fails it (ENOSPC, naming the file)."""
+    import errno
+    from tfgm_dist import write as write_stage
+
+    def disk_full(table, where, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", where)
+    monkeypatch.setattr(write_stage.pq, "write_table", disk_full)
+    g = write(tmp_path / "g.txt", EDGES)
+    out = tmp_path / "out"
+    code = cli.main(["-q", "align", str(g), str(g), "--out", str(out),
+                     "--out-format", out_format])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: ") and err[0].endswith(
+        "matches/part-00000.parquet: No space left on device")
+    # no output, staging or lock: only the checkpoint, so that the rerun with space resumes
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == [".out.resume", "g.txt"]
+    monkeypatch.undo()
+    assert cli.main(["-q", "align", str(g), str(g), "--out", str(out),
+                     "--out-format", out_format]) == 0
+    assert "resume" in json.loads(capsys.readouterr().out)["seconds"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.txt", "out"]
