@@ -7,6 +7,7 @@ when ../shared/data is absent) and ``cli.main`` writing real Parquet output.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -151,6 +152,24 @@ def brute_force_k(o: torch.Tensor, o_c: torch.Tensor, coll: Collection, k: int) 
     return out
 
 
+def test_wide_label_histograms_are_projected_not_made_dense(monkeypatch, caplog):
+    """Past LABEL_CELLS the histograms are matched through a random projection; the same
+    pairs still match (a node's own histogram is its nearest)."""
+    from tfgm_dist import supervised
+    n, labels = 30, 500
+    rng = np.random.default_rng(0)
+    at = torch.from_numpy(np.stack([np.repeat(np.arange(n), 3), rng.integers(0, labels, 3 * n)]))
+    x = torch.sparse_coo_tensor(at, torch.ones(3 * n), (n, labels)).coalesce()
+    nodes = np.arange(n)
+    ring = Graph(pa.array(nodes), torch.from_numpy(np.stack([nodes, (nodes + 1) % n])))
+    pair = Pair(ring, ring, gold=(np.arange(n), np.arange(n)))
+    monkeypatch.setattr(supervised, "LABEL_CELLS", 1)
+    caplog.set_level(logging.INFO, logger="tfgm_dist")
+    result = supervised.match_vectors(pair, x, x, from_dict({}))
+    assert "500 labels projected to 256" in caplog.text
+    assert result.metrics["accuracy"] == 1.0
+
+
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_label_features_equal_the_papers_definition(k):
     rng = np.random.default_rng(k)
@@ -163,8 +182,9 @@ def test_label_features_equal_the_papers_definition(k):
     ring = graph_operator(torch.tensor([[0], [1]]), 20)
     op_c = graph_operator(coll.graph.edge_index, coll.graph.num_nodes)
     got = label_features(o, ring, nearest, coll, op_c, cfg)
-    assert torch.equal(got, brute_force_k(o, o_c, coll, k))
-    assert torch.equal(got.sum(1), torch.full((20,), float(k)))
+    assert got.is_sparse and got._nnz() <= 20 * k  # never a dense [n, #labels] histogram
+    assert torch.equal(got.to_dense(), brute_force_k(o, o_c, coll, k))
+    assert torch.equal(got.to_dense().sum(1), torch.full((20,), float(k)))
 
 
 def test_collection_candidates_widen_only_short_rows():

@@ -37,6 +37,7 @@ it runs on :math:`N` copies of the query graph (copy :math:`n` holds the candida
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -60,6 +61,10 @@ from .search import Candidates, build_index, search
 from .stopwatch import Stopwatch
 
 LABEL_SUFFIXES = (".labels", ".labels.parquet")
+# label histograms are matched at full width up to 2^28 cells (1 GiB dense), else projected
+LABEL_CELLS, LABEL_DIM = 1 << 28, 256
+
+log = logging.getLogger(__name__)
 
 # Top-``width`` labelled nodes (rows of the collection) of every query row.
 Nearest = Callable[[np.ndarray, int], Candidates]
@@ -252,7 +257,8 @@ def _copies(op: Operator, times: int) -> Operator:
 
 def label_features(o: torch.Tensor, op: Operator, nearest: Nearest, collection: Collection,
                    collection_op: Operator, cfg: Config) -> torch.Tensor:
-    """:math:`\\mathbf{k}_i` ``[n, #labels]`` of every node of one query graph.
+    """:math:`\\mathbf{k}_i` ``[n, #labels]`` of every node of one query graph, as a sparse
+    COO tensor (at most ``supervised.k`` labels a row).
 
     Args:
         o: the query graph's TFGM embedding ``[n, D]`` (same GNN as the collection's).
@@ -281,9 +287,9 @@ def label_features(o: torch.Tensor, op: Operator, nearest: Nearest, collection: 
     top = torch.argsort(score, dim=1, descending=True, stable=True)[:, :min(sc.k, g)]
     chosen, ok = best.gather(1, top), score.gather(1, top) > -torch.inf
     rows = torch.arange(n)[:, None].expand_as(chosen)
-    k_i = torch.zeros(n, collection.num_labels)
-    return k_i.index_put_((rows[ok], collection.label[chosen[ok]]), torch.ones(int(ok.sum())),
-                          accumulate=True)
+    at = torch.stack([rows[ok], collection.label[chosen[ok]]])
+    return torch.sparse_coo_tensor(at, torch.ones(at.size(1)), (n, collection.num_labels)
+                                   ).coalesce()  # at most k votes a row: sparse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,9 +305,16 @@ def _operator(graph: Graph, cfg: Config) -> Operator:
 def match_vectors(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config,
                   watch: Stopwatch | None = None) -> Result:
     """Match on :math:`\\cos(x_{s,i}, x_{t,j})` with the pipeline's search, refinement and
-    assignment stages (``cfg.features`` and ``cfg.embed.layers`` are not used)."""
+    assignment stages (``cfg.features`` and ``cfg.embed.layers`` are not used). Sparse
+    vectors wider than :data:`LABEL_CELLS` allow are projected to :data:`LABEL_DIM` (the
+    cosines kept in expectation), never made dense at full width."""
     ec = cfg.embed
-    plain = replace(cfg, features=FeatureConfig(kind="given"),
+    cells = (x_s.size(0) + x_t.size(0)) * x_s.size(1)
+    project = LABEL_DIM if x_s.is_sparse and cells > LABEL_CELLS else 0
+    if project:
+        log.info("supervised: %d labels projected to %d (%d nodes)", x_s.size(1), project,
+                 x_s.size(0) + x_t.size(0))
+    plain = replace(cfg, features=FeatureConfig(kind="given", project_dim=project),
                     embed=EmbedConfig(layers=0, operator=ec.operator, self_loops=ec.self_loops))
     given = replace(pair, source=replace(pair.source, features=x_s),
                     target=replace(pair.target, features=x_t))
