@@ -1,0 +1,215 @@
+"""The graph formats: edge lists, knowledge-graph triples, LEDA ``.gw`` and the Parquet
+layout (``edges.parquet``, ``nodes.parquet``), each read into a :class:`Graph`."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InputError
+from ..graph import Graph
+from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_column, infer_ids,
+                  node_numbers, weights_of)
+from .tables import (edge_columns, is_delta, no_nulls, node_features, node_names, parquet_dataset,
+                     read_nodes, read_table, read_text, read_text_rows, reading, record_batches)
+
+FORMATS = ("edgelist", "triples", "gw", "parquet")
+EDGE_LIST_SUFFIXES = frozenset({"", ".tsv", ".csv", ".txt", ".edges", ".edgelist", ".el"})
+
+
+def guess_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if path.is_dir():
+        return "parquet"
+    if suffix == ".gw":
+        return "gw"
+    if suffix == ".triples" or path.name.lower().startswith("triples"):
+        return "triples"
+    if suffix in EDGE_LIST_SUFFIXES:
+        return "edgelist"
+    raise InputError(f"{path}: cannot tell the format from the extension {suffix!r}; "
+                     f"pass fmt= one of {', '.join(FORMATS)}")
+
+
+def load_edge_list(path: Path) -> Graph:
+    """``u v`` or ``u v weight`` lines; integer ids if every id is an integer, else strings."""
+    rows = read_text_rows(path, ncols=(2, 3), weight_header=True)
+    src, dst = infer_ids(rows.columns[0], rows.columns[1])
+    ids, s, d = factorize(src, dst)
+    weight = weights_of(rows.columns[2], rows) if len(rows.columns) == 3 else None
+    return build_graph(ids, s, d, str(path), weight=weight)
+
+
+def load_triples(path: Path) -> Graph:
+    """``head relation tail`` lines; the relation is dropped, its distinct values counted."""
+    rows = read_text_rows(path, ncols=(3,))
+    src, dst = infer_ids(rows.columns[0], rows.columns[2])
+    ids, s, d = factorize(src, dst)
+    return build_graph(ids, s, d, str(path),
+                  stats={"relations": pc.count_distinct(rows.columns[1]).as_py()})
+
+
+def load_leda(path: Path) -> Graph:
+    """LEDA ``.gw``: node labels ``|{name}|`` are the ids; edges ``u v rev |{label}|``, 1-based.
+
+    A file whose node labels are all empty uses the 1-based LEDA node index as the id.
+    """
+    lines = _leda_lines(path)
+    _leda_next(lines, path, "the header LEDA.GRAPH", lambda s: s == "LEDA.GRAPH")
+    _leda_next(lines, path, "the node type")
+    _leda_next(lines, path, "the edge type")
+    no, s = _leda_next(lines, path, "the direction or the node count")
+    if s in ("-1", "-2"):
+        no, s = _leda_next(lines, path, "the node count")
+    n = _leda_count(path, no, s, "node count")
+    labels = [_leda_next(lines, path, "a node label |{...}|", _is_leda_label) for _ in range(n)]
+    ids = _leda_ids(path, labels)
+    no, s = _leda_next(lines, path, "the edge count")
+    m = _leda_count(path, no, s, "edge count")
+    ends = np.array([_leda_edge(path, *_leda_next(lines, path, f"{m} edges"), n)
+                     for _ in range(m)], dtype=np.int64).reshape(m, 2)
+    extra = next(lines, None)
+    if extra is not None:
+        raise InputError(f"{path} line {extra[0]}: more lines than the {m} edges declared "
+                         f"on line {no}")
+    if m == 0:
+        raise InputError(f"{path}: no edges")
+    return build_graph(ids, ends[:, 0] - 1, ends[:, 1] - 1, str(path))
+
+
+def load_parquet_dir(path: Path, names: dict[str, str]) -> Graph:
+    """``edges.parquet`` (``src``, ``dst``, optional ``weight``), optional ``nodes.parquet``.
+
+    With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
+    listed there; without it nodes are numbered in order of first appearance. Edges are read
+    one row group at a time so that large files stream. Either may be a folder of part files,
+    as Spark and Hive write them, or a Delta table (:func:`parquet_dataset`); ``path`` itself may be
+    a Delta table of edges. ``names`` maps the layout's column names to the user's
+    (:func:`~tfgm_dist.config.column_names`).
+    """
+    if not path.is_dir():
+        raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
+    nodes_path = path / "nodes.parquet"
+    nodes = read_nodes(nodes_path, names) if nodes_path.exists() else None
+    edges_path = path if is_delta(path) else path / "edges.parquet"  # a Delta table of edges
+    edges = parquet_dataset(edges_path)
+    columns = edge_columns(edges.schema.names, edges_path, names)
+    return layout_graph(record_batches(edges, edges_path, columns), columns, edges_path, nodes,
+                         nodes_path, str(path))
+
+
+def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_path: Path,
+                  nodes: pa.Table | None, nodes_path: Path, source: str) -> Graph:
+    """The graph of the Parquet layout's edge batches and checked node table."""
+    node_ids = None if nodes is None else nodes.column("id").combine_chunks()
+    src_parts, dst_parts, weight_parts, offset = [], [], [], 0
+    for batch in batches:
+        rows = Rows(edges_path, [no_nulls(batch.column(c), edges_path, c, offset)
+                                  for c in columns], offset=offset)
+        src_parts.append(id_column(rows, 0, "src"))
+        dst_parts.append(id_column(rows, 1, "dst"))
+        if len(columns) == 3:
+            weight_parts.append(weights_of(rows.columns[2], rows))
+        offset += batch.num_rows
+    if offset == 0:
+        raise InputError(f"{edges_path}: no edges")
+    weight = np.concatenate(weight_parts) if weight_parts else None
+    src, dst = pa.concat_arrays(src_parts), pa.concat_arrays(dst_parts)
+    if node_ids is None:
+        if src.type != dst.type:
+            raise InputError(f"{edges_path}: src ids are {src.type} but dst ids are {dst.type}")
+        ids, s, d = factorize(src, dst)
+        return build_graph(ids, s, d, source, weight=weight)
+    # one lookup table for the whole file: building it per batch was most of a 1M-node load
+    rows = Rows(edges_path, [src, dst])
+    return build_graph(node_ids, codes_in(rows, 0, node_ids, nodes_path),
+                  codes_in(rows, 1, node_ids, nodes_path), source, weight=weight,
+                  names=node_names(nodes, nodes_path), features=node_features(nodes, nodes_path))
+
+
+def file_labels(path: Path, graph: Graph) -> list[str]:
+    """Labels of every node of ``graph`` from a two-column (node id, label) file."""
+    what = "labels"
+    rows = read_table(path, ncols=2, what=what)
+    nodes = node_numbers(rows, 0, graph, what)
+    values = rows.columns[1].cast(pa.string())
+    check_unique(rows, values, what, "uses label")
+    if nodes.size < graph.num_nodes:
+        listed = np.zeros(graph.num_nodes, dtype=bool)
+        listed[nodes] = True
+        missing = graph.ids[int(np.flatnonzero(~listed)[0])].as_py()
+        raise InputError(f"{what}: {path}: node {missing!r} of {graph.source} has no label "
+                         "(every node of a collection graph needs one)")
+    out = np.empty(graph.num_nodes, dtype=object)
+    out[nodes] = values.to_pylist()
+    return out.tolist()
+
+
+def parquet_labels(path: Path) -> list[str]:
+    """The ``label`` column of a Parquet-layout ``nodes.parquet`` (rows = node order)."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file; a collection graph in the Parquet layout "
+                         "lists its nodes with a label column")
+    file = parquet_dataset(path)
+    names = file.schema.names
+    if "label" not in names:
+        raise InputError(f"{path}: missing column label; has {', '.join(names)}")
+    with reading(path):
+        column = file.to_table(columns=["label"]).column("label").combine_chunks()
+    values = no_nulls(column, path, "label", 0)
+    values = values.cast(pa.string())
+    check_unique(Rows(path, [values]), values, "labels", "uses label")
+    return values.to_pylist()
+
+
+def _leda_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered non-blank, non-comment lines of a LEDA file."""
+    return ((no, s) for no, s in enumerate(map(str.strip, read_text(path).split("\n")), 1)
+            if s and not s.startswith("#"))
+
+
+def _leda_next(lines: Iterator[tuple[int, str]], path: Path, expected: str,
+               ok: Callable[[str], bool] = lambda s: True) -> tuple[int, str]:
+    entry = next(lines, None)
+    if entry is None:
+        raise InputError(f"{path}: file ends early, expected {expected}")
+    if not ok(entry[1]):
+        raise InputError(f"{path} line {entry[0]}: expected {expected}, got {entry[1]!r:.60}")
+    return entry
+
+
+def _is_leda_label(s: str) -> bool:
+    return s.startswith("|{") and s.endswith("}|")
+
+
+def _leda_count(path: Path, no: int, s: str, what: str) -> int:
+    if not s.isdecimal():
+        raise InputError(f"{path} line {no}: expected the {what}, got {s!r:.60}")
+    return int(s)
+
+
+def _leda_ids(path: Path, labels: list[tuple[int, str]]) -> pa.Array:
+    names = [s[2:-2] for _, s in labels]
+    if not any(names):
+        return pa.array(np.arange(1, len(names) + 1, dtype=np.int64))
+    seen: dict[str, int] = {}
+    for no, name in zip((no for no, _ in labels), names):
+        if name in seen or not name:
+            raise InputError(f"{path} line {no}: node label {name!r} is empty or repeats "
+                             f"line {seen.get(name, no)}; labels are the node ids")
+        seen[name] = no
+    return pa.array(names, pa.string())
+
+
+def _leda_edge(path: Path, no: int, s: str, n: int) -> tuple[int, int]:
+    fields = s.split(maxsplit=3)
+    if len(fields) < 3 or not all(f.isdecimal() for f in fields[:2]):
+        raise InputError(f"{path} line {no}: expected an edge 'source target reversal "
+                         f"|{{label}}|', got {s!r:.60}")
+    u, v = int(fields[0]), int(fields[1])
+    if not (1 <= u <= n and 1 <= v <= n):
+        raise InputError(f"{path} line {no}: edge {u} {v} names a node outside 1..{n}")
+    return u, v

@@ -1,0 +1,268 @@
+"""Reading tables: delimited text with its line numbers, Parquet files, part-file folders and
+Delta tables, and the Parquet layout's node columns; every fault one :class:`InputError`
+naming the file and the line or row."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import torch
+
+from ..errors import InputError, one_line
+from .ids import Rows, check_unique, first_unparsable, id_column
+
+DELTA_LOG = "_delta_log"  # the transaction log folder that makes a folder a Delta Lake table
+# A first data line whose first field is one of these is a header, not data.
+HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id"})
+
+
+def read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise InputError(f"{path} line {line}: not UTF-8 text ({e.reason})") from None
+
+
+def _delimiter(path: Path) -> str | None:
+    """``,`` for .csv, tab for .tsv, otherwise None (any run of whitespace)."""
+    return {".csv": ",", ".tsv": "\t"}.get(path.suffix.lower())
+
+
+def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
+                    weight_header: bool = False) -> Rows:
+    """Split a text table into string columns, skipping blank and ``#``/``%`` comment lines.
+
+    ``delim`` defaults to the one of the extension (None: any run of whitespace). A first data
+    line is a header (and skipped) if its first field is in :data:`HEADER_NAMES`, or, with
+    ``weight_header``, if the file is .csv/.tsv and its third (weight) field is not a number.
+    The splitting is vectorised in Arrow: Python's per-line ``split`` would dominate the time.
+    """
+    delim = _delimiter(path) if delim is None else delim
+    text = pa.array([read_text(path)], pa.large_string())
+    lines = pc.utf8_trim_whitespace(pc.list_flatten(pc.split_pattern(text, "\n")))
+    data = pc.and_(pc.greater(pc.utf8_length(lines), 0),
+                   pc.invert(pc.match_substring_regex(lines, "^[#%]")))
+    line_numbers = np.flatnonzero(data.to_numpy(zero_copy_only=False)) + 1
+    lines = lines.filter(data)
+    fields = (pc.utf8_split_whitespace(lines) if delim is None
+              else pc.split_pattern(lines, delim))
+    if len(fields) and _is_header(fields[0].as_py(), weight_header and delim is not None):
+        fields, line_numbers = fields[1:], line_numbers[1:]
+    if not len(fields):
+        raise InputError(f"{path}: no data lines (the file is empty or only comments)")
+    k = _column_count(path, pc.list_value_length(fields).to_numpy(), line_numbers, ncols)
+    values = pc.list_flatten(fields).cast(pa.string())
+    if delim is not None:  # CSV quoting: "a b" is the field a b
+        values = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r'^"(.*)"$',
+                                            r"\1")
+    rows = Rows(path, [values.take(np.arange(j, len(values), k)) for j in range(k)],
+                 line_numbers)
+    for j, column in enumerate(rows.columns):
+        empty = np.flatnonzero(pc.equal(column, "").to_numpy(zero_copy_only=False))
+        if len(empty):
+            raise InputError(f"{rows.where(int(empty[0]))}: column {j + 1} is empty")
+    return rows
+
+
+def _is_header(first: list[str], weight_header: bool) -> bool:
+    return first[0].strip().strip('"').lower() in HEADER_NAMES or (
+        weight_header and len(first) == 3
+        and first_unparsable(pa.array([first[2].strip()]), pa.float64()) is not None)
+
+
+def _column_count(path: Path, counts: np.ndarray, lines: np.ndarray,
+                  ncols: tuple[int, ...]) -> int:
+    """The one column count all rows share; it must be one of ``ncols``."""
+    expected = " or ".join(map(str, ncols))
+    if counts[0] not in ncols:
+        raise InputError(f"{path} line {lines[0]}: expected {expected} columns, "
+                         f"got {counts[0]}")
+    bad = np.flatnonzero(counts != counts[0])
+    if len(bad):
+        i = int(bad[0])
+        raise InputError(f"{path} line {lines[i]}: expected {counts[0]} columns like line "
+                         f"{lines[0]}, got {counts[i]}")
+    return int(counts[0])
+
+
+def read_table(path: Path, ncols: int, what: str) -> Rows:
+    """The first ``ncols`` columns of a Parquet file (``.parquet``) or of a text table.
+
+    Errors are prefixed with ``what``, the role of the file (e.g. "seed pairs").
+    """
+    try:
+        return _read_columns(path, ncols)
+    except InputError as e:
+        raise InputError(f"{what}: {e}") from None
+
+
+def _read_columns(path: Path, ncols: int) -> Rows:
+    if path.suffix.lower() != ".parquet" and not is_delta(path):
+        return read_text_rows(path, ncols=(ncols,))
+    file = parquet_dataset(path)
+    names = file.schema.names
+    if len(names) < ncols:
+        raise InputError(f"{path}: expected at least {ncols} columns, got {len(names)}")
+    with reading(path):
+        table = file.to_table(columns=names[:ncols])
+    if table.num_rows == 0:
+        raise InputError(f"{path}: no rows")
+    return Rows(path, [no_nulls(table.column(c).combine_chunks(), path, c, 0)
+                        for c in names[:ncols]])
+
+
+def parquet_dataset(path: Path) -> ds.Dataset:
+    """A Parquet file, a folder of part files (``part-*.parquet``, any depth, as Spark and
+    Hive write them; names starting with ``_`` or ``.``, such as ``_SUCCESS``, are not data),
+    or a Delta Lake table (a folder with ``_delta_log``: the files of its current version,
+    hive-style partition columns included). The parts are read in the sorted order of their
+    paths: a folder listing has no order of its own, and the node order of ``nodes.parquet``
+    must not depend on it."""
+    if path.is_file():
+        files = [path]
+    elif is_delta(path):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+        try:
+            files = sorted(DeltaTable(str(path)).file_uris())
+        except (DeltaError, OSError) as e:
+            raise InputError(f"{path}: not a readable Delta table ({one_line(e)})") from None
+        if not files:
+            raise InputError(f"{path}: a Delta table without rows")
+        with reading(path):
+            return ds.dataset(files, format="parquet", partitioning="hive",
+                              partition_base_dir=str(path))
+    elif path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file() and not any(
+            part.startswith(("_", ".")) for part in f.relative_to(path).parts))
+        if not files:
+            raise InputError(f"{path}: a folder without Parquet part files")
+    else:
+        raise InputError(f"{path}: no such file")
+    with reading(path):
+        return ds.dataset([str(f) for f in files], format="parquet")
+
+
+def is_delta(path: Path) -> bool:
+    """Whether ``path`` is a Delta Lake table: a folder holding its transaction log."""
+    return (path / DELTA_LOG).is_dir()
+
+
+@contextmanager
+
+
+def reading(path: Path) -> Iterator[None]:
+    """Arrow's errors on a damaged Parquet file (a corrupt page, a truncated footer) as one
+    :class:`InputError` naming the file."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"{path}: not a readable Parquet file ({one_line(e)})") from None
+
+
+def record_batches(data: ds.Dataset, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """``data``'s record batches in file order, a row group's worth at a time, read under
+    :func:`reading`."""
+    batches = iter(data.to_batches(columns=columns))
+    while True:
+        with reading(path):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
+
+
+def edge_columns(present: list[str], path: Path, names: dict[str, str]) -> list[str]:
+    """The user's names of the edge columns to read: source, target and weight if there."""
+    wanted = [names["src"], names["dst"]]
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; "
+                         f"has {', '.join(present)}")
+    return wanted + ([names["weight"]] if names["weight"] in present else [])
+
+
+def read_nodes(path: Path, names: dict[str, str]) -> pa.Table:
+    """``nodes.parquet``, its columns given the layout's names, checked by :func:`node_table`."""
+    with reading(path):
+        table = parquet_dataset(path).to_table()
+    layout = {name: column for column, name in names.items()}
+    return node_table(table.rename_columns([layout.get(c, c) for c in table.column_names]),
+                       path)
+
+
+def node_table(table: pa.Table, path: Path) -> pa.Table:
+    """``table`` with a distinct, non-null ``id`` column normalised to int64/string."""
+    if "id" not in table.column_names:
+        raise InputError(f"{path}: missing column id; has {', '.join(table.column_names)}")
+    rows = Rows(path, [no_nulls(table.column("id").combine_chunks(), path, "id", 0)])
+    ids = id_column(rows, 0, "id")
+    check_unique(rows, ids, "nodes", "lists node")
+    return table.set_column(table.column_names.index("id"), "id", ids)
+
+
+def node_names(nodes: pa.Table, path: Path) -> list[str] | None:
+    if "name" not in nodes.column_names:
+        return None
+    names = nodes.column("name").combine_chunks()
+    if not (pa.types.is_string(names.type) or pa.types.is_large_string(names.type)):
+        raise InputError(f"{path}: column name has type {names.type}, expected string")
+    _no_nulls_by_id(names, nodes, path, "name")
+    return names.to_pylist()
+
+
+def node_features(nodes: pa.Table, path: Path) -> torch.Tensor | None:
+    """The ``features`` list column as a float32 ``[N, d]`` tensor; every row finite, same d."""
+    if "features" not in nodes.column_names:
+        return None
+    features = nodes.column("features").combine_chunks()
+    if not (pa.types.is_list(features.type) or pa.types.is_large_list(features.type)
+            or pa.types.is_fixed_size_list(features.type)) \
+            or not (pa.types.is_floating(features.type.value_type)
+                    or pa.types.is_integer(features.type.value_type)):
+        raise InputError(f"{path}: column features has type {features.type}, "
+                         f"expected a list of numbers")
+    _no_nulls_by_id(features, nodes, path, "features")
+    widths = pc.list_value_length(features).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(widths != widths[0]) if len(widths) else []
+    if len(bad):
+        raise InputError(f"{path}: node {_node_id(nodes, bad[0])!r} has {widths[bad[0]]} "
+                         f"features, node {_node_id(nodes, 0)!r} has {widths[0]}")
+    values = pc.list_flatten(features).cast(pa.float32()).to_numpy(zero_copy_only=False)
+    matrix = values.reshape(len(widths), int(widths[0]) if len(widths) else 0)
+    bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+    if len(bad):
+        raise InputError(f"{path}: node {_node_id(nodes, bad[0])!r} has a NaN, infinite or "
+                         f"missing feature")
+    return torch.tensor(matrix)
+
+
+def _node_id(nodes: pa.Table, i: int) -> int | str:
+    return nodes.column("id")[int(i)].as_py()
+
+
+def _no_nulls_by_id(column: pa.Array, nodes: pa.Table, path: Path, name: str) -> None:
+    nulls = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+    if len(nulls):
+        raise InputError(f"{path}: node {_node_id(nodes, nulls[0])!r} has no {name}")
+
+
+def no_nulls(column: pa.Array, path: Path, name: str, offset: int) -> pa.Array:
+    nulls = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+    if len(nulls):
+        raise InputError(f"{path} row {offset + int(nulls[0]) + 1}: column {name} is null")
+    return column
