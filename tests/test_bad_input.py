@@ -165,9 +165,9 @@ def test_duplicate_and_self_loop_edges_are_accepted_counted_and_reported(tmp_pat
 
 
 def test_an_unreachable_ray_address_fails_naming_it(tmp_path, capsys, monkeypatch):
-    from tfgm_dist import distributed
-    monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 2.0)  # 60 s in production
-    monkeypatch.setattr(distributed.ray, "is_initialized", lambda: False)  # a shared cluster
+    from tfgm_dist.distributed import cluster
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2.0)  # 60 s in production
+    monkeypatch.setattr(cluster.ray, "is_initialized", lambda: False)  # a shared cluster
     g = write(tmp_path / "g.txt", EDGES)
     code = cli.main(["-q", "align", str(g), str(g), "--out", str(tmp_path / "out"),
                      "--partitions", "2", "--ray-address", "127.0.0.1:1"])

@@ -61,7 +61,7 @@ def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
     checked = None if nodes is None else node_table(nodes, nodes_at)
     columns = edge_columns(edges.column_names, edges_at, column_names(""))
     return layout_graph(edges.select(columns).to_batches(), columns, edges_at, checked,
-                         nodes_at, name)
+                        nodes_at, name)
 
 
 def pairs_from_table(table: pa.Table, source: Graph, target: Graph,
@@ -71,8 +71,8 @@ def pairs_from_table(table: pa.Table, source: Graph, target: Graph,
         raise InputError(f"{what}: expected two columns (source id, target id), got "
                          f"{table.num_columns}")
     rows = Rows(Path(f"<{what}>"), [no_nulls(table.column(j).combine_chunks(),
-                                              Path(f"<{what}>"), table.column_names[j], 0)
-                                     for j in range(2)])
+                                             Path(f"<{what}>"), table.column_names[j], 0)
+                                    for j in range(2)])
     return node_numbers(rows, 0, source, what), node_numbers(rows, 1, target, what)
 
 

@@ -49,7 +49,7 @@ def load_triples(path: Path) -> Graph:
     src, dst = infer_ids(rows.columns[0], rows.columns[2])
     ids, s, d = factorize(src, dst)
     return build_graph(ids, s, d, str(path),
-                  stats={"relations": pc.count_distinct(rows.columns[1]).as_py()})
+                       stats={"relations": pc.count_distinct(rows.columns[1]).as_py()})
 
 
 def load_leda(path: Path) -> Graph:
@@ -98,17 +98,17 @@ def load_parquet_dir(path: Path, names: dict[str, str]) -> Graph:
     edges = parquet_dataset(edges_path)
     columns = edge_columns(edges.schema.names, edges_path, names)
     return layout_graph(record_batches(edges, edges_path, columns), columns, edges_path, nodes,
-                         nodes_path, str(path))
+                        nodes_path, str(path))
 
 
 def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_path: Path,
-                  nodes: pa.Table | None, nodes_path: Path, source: str) -> Graph:
+                 nodes: pa.Table | None, nodes_path: Path, source: str) -> Graph:
     """The graph of the Parquet layout's edge batches and checked node table."""
     node_ids = None if nodes is None else nodes.column("id").combine_chunks()
     src_parts, dst_parts, weight_parts, offset = [], [], [], 0
     for batch in batches:
         rows = Rows(edges_path, [no_nulls(batch.column(c), edges_path, c, offset)
-                                  for c in columns], offset=offset)
+                                 for c in columns], offset=offset)
         src_parts.append(id_column(rows, 0, "src"))
         dst_parts.append(id_column(rows, 1, "dst"))
         if len(columns) == 3:
@@ -126,8 +126,9 @@ def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_pa
     # one lookup table for the whole file: building it per batch was most of a 1M-node load
     rows = Rows(edges_path, [src, dst])
     return build_graph(node_ids, codes_in(rows, 0, node_ids, nodes_path),
-                  codes_in(rows, 1, node_ids, nodes_path), source, weight=weight,
-                  names=node_names(nodes, nodes_path), features=node_features(nodes, nodes_path))
+                       codes_in(rows, 1, node_ids, nodes_path), source, weight=weight,
+                       names=node_names(nodes, nodes_path),
+                       features=node_features(nodes, nodes_path))
 
 
 def file_labels(path: Path, graph: Graph) -> list[str]:

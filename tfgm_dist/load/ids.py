@@ -15,8 +15,6 @@ from ..graph import Graph
 
 
 @dataclass(frozen=True)
-
-
 class Rows:
     """Columns read from one file, and where each row came from (for error messages)."""
 
@@ -163,8 +161,8 @@ def factorize(src: pa.Array, dst: pa.Array) -> tuple[pa.Array, np.ndarray, np.nd
 
 
 def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
-           weight: np.ndarray | None = None, names: list[str] | None = None,
-           features: torch.Tensor | None = None, stats: dict[str, int] | None = None) -> Graph:
+                weight: np.ndarray | None = None, names: list[str] | None = None,
+                features: torch.Tensor | None = None, stats: dict[str, int] | None = None) -> Graph:
     """The canonical Graph, without self-loops and repeated (src, dst) edges, which it counts.
 
     Of repeated edges the first is kept, with its weight; direction is kept as given.

@@ -43,7 +43,7 @@ def _delimiter(path: Path) -> str | None:
 
 
 def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
-                    weight_header: bool = False) -> Rows:
+                   weight_header: bool = False) -> Rows:
     """Split a text table into string columns, skipping blank and ``#``/``%`` comment lines.
 
     ``delim`` defaults to the one of the extension (None: any run of whitespace). A first data
@@ -70,7 +70,7 @@ def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
         values = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r'^"(.*)"$',
                                             r"\1")
     rows = Rows(path, [values.take(np.arange(j, len(values), k)) for j in range(k)],
-                 line_numbers)
+                line_numbers)
     for j, column in enumerate(rows.columns):
         empty = np.flatnonzero(pc.equal(column, "").to_numpy(zero_copy_only=False))
         if len(empty):
@@ -122,7 +122,7 @@ def _read_columns(path: Path, ncols: int) -> Rows:
     if table.num_rows == 0:
         raise InputError(f"{path}: no rows")
     return Rows(path, [no_nulls(table.column(c).combine_chunks(), path, c, 0)
-                        for c in names[:ncols]])
+                       for c in names[:ncols]])
 
 
 def parquet_dataset(path: Path) -> ds.Dataset:
@@ -163,8 +163,6 @@ def is_delta(path: Path) -> bool:
 
 
 @contextmanager
-
-
 def reading(path: Path) -> Iterator[None]:
     """Arrow's errors on a damaged Parquet file (a corrupt page, a truncated footer) as one
     :class:`InputError` naming the file."""
@@ -202,7 +200,7 @@ def read_nodes(path: Path, names: dict[str, str]) -> pa.Table:
         table = parquet_dataset(path).to_table()
     layout = {name: column for column, name in names.items()}
     return node_table(table.rename_columns([layout.get(c, c) for c in table.column_names]),
-                       path)
+                      path)
 
 
 def node_table(table: pa.Table, path: Path) -> pa.Table:

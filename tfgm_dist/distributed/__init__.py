@@ -1,0 +1,276 @@
+"""The pipeline on Ray: partitioned embedding actors, sharded FAISS search, workers that write.
+
+The driver loads the pair and computes the input features. Everything that grows with the
+graphs then runs in Ray workers, and the driver hands them object references, not arrays:
+
+- **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
+  ``p`` holds part ``p``'s row blocks of both operators and, layer by layer, computes its rows
+  of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
+  other part the slice of that part's rows in its halo, which that part returns as a separate
+  object (:func:`graph_parts` plans who sends which rows to whom).
+- **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
+  go through every shard, and one task per query part merges the per-shard top-k.
+- **refine, assign**: one task runs the single-process code on the merged candidates (both
+  stages are global), and returns the result cut into the source parts.
+- **write**: one task per source part writes its rows as one file of the Parquet dataset.
+
+An actor keeps nothing it cannot rebuild: each method's result depends only on the
+constructor's and its own arguments, and the FAISS indexes are caches. Ray restarts a killed
+actor, retries its calls, and the run produces the same output. When a node is lost, calls
+to its actors fail before Ray has restarted them; the driver then runs embed to assign again
+on fresh actors (everything is deterministic, so the output is the same). The decided parts
+are kept beside the output (:mod:`tfgm_dist.checkpoint`) until it is committed.
+
+:class:`ShardedIndex` is the same sharded search on its own (the supervised kNN uses it).
+
+This module is the driver's side (:class:`Run`); the actors and tasks are in :mod:`.actors`,
+the pure halo planner in :mod:`.halo`, joining or starting a cluster and sizing the actors in
+:mod:`.cluster`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Callable
+
+import numpy as np
+import ray
+
+from .. import write
+from ..assign import dense_assignment
+from ..auto import Prepared
+from ..config import Config
+from ..embed import LayerParams, layer_params
+from ..errors import InputError
+from ..features import Channel
+from ..partition import partition
+from ..pipeline import Pair, channels, operators, plan, scale, search_options
+from ..search import IVF_KINDS, probe_rows, tune_nprobe
+from ..stopwatch import Progress, Stopwatch
+from .actors import (RESTARTS, PartWorker, ShardedIndex, finish, gathered_embedding, merge_top_k,
+                     usage_of, write_part)
+from .cluster import RESTART_HEADROOM, connect, placement, resources
+from .halo import graph_parts
+
+__all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "graph_parts",
+           "placement"]
+
+log = logging.getLogger("tfgm_dist")
+
+Events = Callable[[str, dict], None]  # hears of each layer and search part as submitted
+# Failures of the cluster, not of the input: a run that meets one is run again.
+LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
+        ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+        ray.exceptions.LocalRayletDiedError)
+
+
+def _cause(error: Exception) -> Exception:
+    """The innermost cause of a task error (a task fails when one of its inputs failed)."""
+    while isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None \
+            and error.cause is not error:
+        error = error.cause
+    return error
+
+
+def _completed(refs: list[ray.ObjectRef], stage: str, unit: str) -> None:
+    """Wait for ``refs`` one by one as they complete, reporting the share done
+    (:class:`Progress`). The objects stay where they are (``fetch_local=False``): the driver
+    only learns that they exist."""
+    meter, pending = Progress(stage, len(refs), unit), list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
+        meter.advance(len(ready))
+
+
+class Run:
+    """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``."""
+
+    def __init__(self, pair: Pair, cfg: Config, partitions: int, watch: Stopwatch,
+                 events: Events | None = None, prepared: Prepared | None = None
+                 ) -> None:
+        self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
+        self.prepared = prepared or Prepared({"enabled": False})
+        self.events = events or (lambda event, info: None)
+        self.device, self.actor_cpus, self.actor_options = placement(*resources(), partitions)
+        self.usage: list[dict] = []
+        self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
+
+    def _actor_memory(self, chans: list[Channel]) -> int:
+        """Bytes an actor holds at most, declared to Ray: for both graphs, its part's rows of
+        the input and of two layers per channel, of its embedding and of the FAISS copy."""
+        rows = (self.pair.source.num_nodes + self.pair.target.num_nodes) / self.P
+        inputs = sum(3 * c.x_s.size(1) for c in chans)
+        width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
+        return int(rows * 4 * (inputs + 2 * width)) + (256 << 20)
+
+    def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
+                        ) -> tuple[dict, list[dict]]:
+        """Every stage after load; returns the metrics and the dataset's file entries.
+
+        The decided matches are also kept in ``resume`` until the output is committed."""
+        pair, cfg, P = self.pair, self.cfg, self.P
+        with self.watch.stage("features"):
+            chans = channels(pair, cfg)
+            ch = [[c.x_s for c in chans], [c.x_t for c in chans]]
+        with self.watch.stage("partition"):
+            ops = operators(pair, cfg)
+            self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed)
+                            for g in (pair.source, pair.target)]
+            per_graph = [graph_parts(op, xs, parting)
+                         for op, xs, parting in zip(ops, ch, self.parting)]
+            self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
+            # Held for the run: a restarted actor is rebuilt from these objects.
+            self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
+            del per_graph
+        self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
+        actors = dict(params=[layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans],
+                      memory=self._actor_memory(chans))
+        del chans, ch
+        for attempt in range(1, RESTARTS + 2):
+            try:
+                metrics, pieces = self._decide(resume, **actors)
+                if self.searched:
+                    metrics = {**metrics, "search": self.searched}
+                break
+            except ray.exceptions.RayError as e:
+                cause = _cause(e)
+                if isinstance(cause, InputError):
+                    raise cause from None
+                if not isinstance(cause, LOST) or attempt > RESTARTS:
+                    raise
+                log.warning("lost a worker (%s); running embed, search, refine and assign "
+                            "again (attempt %d of %d)", str(cause).splitlines()[0],
+                            attempt + 1, RESTARTS + 1)
+        with self.watch.stage("write"):
+            light = ray.put(self._light_pair())
+            written = ray.get([write_part.remote(stage, q, light, pieces[q], cfg.top_k,
+                                                 cfg.assign.min_confidence, run)
+                               for q in range(P)])
+        self.usage += [u for _, u in written]
+        return metrics, [entry for entry, _ in written]
+
+    def _decide(self, resume: write.Location, params: list[list[LayerParams]], memory: int
+                ) -> tuple[dict, list[ray.ObjectRef]]:
+        """embed, search, refine and assign; the metrics and the decided source parts."""
+        pair, cfg, P = self.pair, self.cfg, self.P
+        self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
+            p, self.part_refs[p], [c.embed for c in self.chans], params, self.actor_cpus,
+            self.device)
+            for p in range(P)]
+        try:
+            with self.watch.stage("embed"):
+                blocks: list[ray.ObjectRef] = []
+                emb = [self._embed(g, blocks) for g in (0, 1)]
+                _completed(blocks + emb[0] + emb[1], "embed", "blocks")
+            pl = plan(pair, cfg)
+            with self.watch.stage("search"):
+                forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
+                backward = None if pl.sources is None else self._search(
+                    "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
+                _completed([*forward[0], *(backward[0] if backward else [])], "search",
+                           "parts")
+            usage = [usage_of(w, f"part {p}") for p, w in enumerate(self.workers)]
+        finally:
+            for w in self.workers:
+                ray.kill(w)
+        dense = (dense_assignment(cfg.assign, pl.rows.size, pl.targets.size)
+                 and not cfg.refine.enabled)
+        embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
+                      if dense else None)
+        with self.watch.stage("refine+assign"):
+            finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
+                              if node["Alive"])
+            out = finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
+                self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
+                forward[1], None if backward is None else backward[0],
+                [] if backward is None else backward[1], embeddings, scale(self.chans),
+                self.prepared, resume)
+            metrics, finish_usage = ray.get(out[:2])
+        self.usage += [*usage, finish_usage]
+        return metrics, out[2:]
+
+    def report(self) -> dict[str, Any]:
+        """What the run's metrics say about the distribution."""
+        return {"partitions": self.P, "partitioner": self.parting[0].method,
+                "cut_edges": [pt.cut_edges(g.edge_index) for pt, g in
+                              zip(self.parting, (self.pair.source, self.pair.target))],
+                "device": self.device, "processes": self.usage}
+
+    def _light_pair(self) -> Pair:
+        """The pair without node features and names: what the later stages need."""
+        strip = dict(features=None, names=None)
+        return replace(self.pair, source=replace(self.pair.source, **strip),
+                       target=replace(self.pair.target, **strip))
+
+    def _embed(self, g: int, submitted: list[ray.ObjectRef]) -> list[ray.ObjectRef]:
+        """Per part, the object reference of graph ``g``'s embedding rows; each layer's
+        blocks are added to ``submitted`` (to watch them complete)."""
+        P, w, exchange = self.P, self.workers, self.exchange[g]
+
+        def call(method, p: int, send: bool, *args) -> list[ray.ObjectRef]:
+            """The part's rows, then (if ``send``) one slice per consumer."""
+            n = 1 + len(exchange[p][1]) if send else 1
+            out = method.options(num_returns=n).remote(send, *args)
+            return [out] if n == 1 else list(out)
+
+        def slice_for(p: int, q: int, h: list[list[ray.ObjectRef]]) -> ray.ObjectRef:
+            return h[q][1 + exchange[q][1].index(p)]
+
+        blocks: list[list[ray.ObjectRef]] = [[] for _ in range(P)]
+        scales: list[float] = []
+        for c, ec in enumerate(spec.embed for spec in self.chans):
+            h = [call(w[p].first, p, ec.layers > 0, g, c) for p in range(P)]
+            layers = [[x[0] for x in h]] if ec.include_input else []
+            for l in range(ec.layers):
+                self.events("embed-layer", {"graph": g, "channel": c, "layer": l + 1,
+                                            "workers": w})
+                log.info("embed: graph %s, channel %d, layer %d/%d on %d parts",
+                         "st"[g], c, l + 1, ec.layers, P)
+                h = [call(w[p].layer, p, l + 1 < ec.layers, g, c, l, h[p][0],
+                          *[slice_for(p, q, h) for q in exchange[p][0]]) for p in range(P)]
+                layers.append([x[0] for x in h])
+                submitted += layers[-1]
+            kept = [layers[-1]] if ec.basic else layers
+            for p in range(P):
+                blocks[p] += [lay[p] for lay in kept]
+            scales += [self.chans[c].weight ** 0.5] * len(kept)
+        return [w[p].concat.remote(scales, *blocks[p]) for p in range(P)]
+
+    def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
+                base: list, base_nodes: np.ndarray) -> tuple[list, list[np.ndarray]]:
+        """Per query part, the merged top-k of its ``query_nodes`` over every shard.
+
+        An IVF ``nprobe`` is tuned first, on the same sample of query nodes as in one process:
+        each shard reports the best score it finds for them and the exact best in the shard,
+        and the maxima over the shards are what the merged search finds and should find."""
+        k, opts, recall = self.cfg.search.k, search_options(self.cfg), self.cfg.search.recall
+        qpart = self.parting[1 - base_graph]
+        bpart = self.parting[base_graph]
+        shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
+        shard_rows = [bpart.position[ids] for ids in shard_ids]
+        shards = [p for p in range(self.P) if shard_ids[p].size]
+        if recall > 0 and opts["kind"] in IVF_KINDS:
+            sample = query_nodes[probe_rows(query_nodes.size, self.cfg.seed)]
+            sample_rows = [qpart.position[sample[qpart.part[sample] == q]] for q in range(self.P)]
+
+            def measure(nprobe: int) -> tuple[np.ndarray, np.ndarray, int]:
+                got = ray.get([self.workers[p].probe.remote(key, k, base[p], shard_rows[p], opts,
+                                                            nprobe, sample_rows, *queries)
+                               for p in shards])
+                return (np.max([f for f, _, _ in got], axis=0),
+                        np.max([e for _, e, _ in got], axis=0), max(n for _, _, n in got))
+
+            self.searched[key] = tune_nprobe(measure, opts["nprobe"], recall)
+            opts = {**opts, "nprobe": self.searched[key]["nprobe"]}
+        merged, rows = [], []
+        for q in range(self.P):
+            self.events("search", {"direction": key, "part": q, "workers": self.workers})
+            nodes = query_nodes[qpart.part[query_nodes] == q]
+            hits = [self.workers[p].search.remote(key, k, queries[q], qpart.position[nodes],
+                                                  base[p], shard_rows[p], shard_ids[p], opts)
+                    for p in shards]
+            merged.append(merge_top_k.remote(k, *hits))
+            rows.append(nodes)
+            log.info("search %s: part %d/%d, %d queries through %d shards", key, q + 1,
+                     self.P, nodes.size, len(hits))
+        return merged, rows

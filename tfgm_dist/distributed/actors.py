@@ -1,0 +1,269 @@
+"""What runs in Ray workers: the part actors (embedding rows and a FAISS shard each), the
+stand-alone search shards, and the tasks that merge, refine, assign and write."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+import torch.nn.functional as F
+
+from .. import checkpoint, write
+from ..auto import Prepared
+from ..config import Config, EmbedConfig
+from ..embed import LayerParams, layer
+from ..partition import Partition
+from ..pipeline import Pair, Plan, Scored, conclude, operators, refined
+from ..search import IVF_KINDS, Candidates, build_index, exact_best, probe, search, set_nprobe
+from ..stopwatch import Stopwatch, peak_rss_bytes
+from .cluster import RESTART_HEADROOM, resources
+from .halo import GraphPart
+
+log = logging.getLogger("tfgm_dist")
+
+RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or task
+
+
+@dataclass
+class Usage:
+    """Seconds per stage and peak memory of one Ray process, for ``metrics.json``."""
+
+    role: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, stage: str, start: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def report(self) -> dict[str, Any]:
+        return {"role": self.role, "host": socket.gethostname(),
+                "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "seconds": self.seconds, "peak_rss_bytes": peak_rss_bytes()}
+
+
+def _threads(num_cpus: float) -> int:
+    """Set up this Ray worker process for a task or actor of ``num_cpus`` cores."""
+    # Arrays from the object store are read-only; no stage writes into its inputs.
+    warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+    n = max(1, int(num_cpus))
+    torch.set_num_threads(n)
+    import faiss
+    faiss.omp_set_num_threads(n)
+    return n
+
+
+@ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
+class PartWorker:
+    """Part ``p`` of both graphs: its embedding rows, layer by layer, and its FAISS shard."""
+
+    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart], specs: list[EmbedConfig],
+                 params: list[list[LayerParams]], num_cpus: float, device: str) -> None:
+        self.threads = _threads(num_cpus)
+        self.p, self.parts, self.specs, self.device = p, parts, specs, device
+        self.params = [[LayerParams(*(None if t is None else t.to(device)
+                                      for t in (q.weight, q.bias))) for q in channel]
+                       for channel in params]
+        self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
+        self.indexes: dict[str, Any] = {}
+        self.exact: dict[str, np.ndarray] = {}
+        self.usage = Usage(f"part {p}")
+
+    def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
+        """A layer's result: the part's rows, then the slice for each consumer if ``send``
+        (the call is made with one return per item)."""
+        if not send or not self.parts[g].consumers:
+            return rows
+        return (rows, *[rows[r] for r in self.parts[g].sends])
+
+    def first(self, send: bool, g: int, c: int) -> Any:
+        """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
+        rows = F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
+        return self._out(g, rows, send)
+
+    def layer(self, send: bool, g: int, c: int, l: int, own: np.ndarray, *needed: np.ndarray
+              ) -> Any:
+        """:math:`F^{(l)}` rows of graph ``g``'s channel ``c`` from the previous layer's rows:
+        ``own`` (this part's) and the slices of the parts in ``needs``."""
+        start = time.perf_counter()
+        rows = np.concatenate([own, *needed]) if needed else own
+        h_halo = torch.from_numpy(_take(rows, self.parts[g].gather)).to(self.device)
+        out = layer(self.blocks[g], h_halo, self.params[c][l], self.specs[c].relu)
+        if self.specs[c].basic:
+            out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
+        self.usage.add("embed", start)
+        return self._out(g, out.cpu().numpy(), send)
+
+    def concat(self, scales: list[float], *blocks: np.ndarray) -> np.ndarray:
+        """The part's embedding rows: its per-layer and per-channel blocks side by side, each
+        times its channel's :math:`\\sqrt{w}` in ``scales``."""
+        return np.ascontiguousarray(np.concatenate([b * f for b, f in zip(blocks, scales)],
+                                                   axis=1), dtype=np.float32)
+
+    def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict):
+        """The FAISS index of this shard's ``base[base_rows]``, built on first use under
+        ``key`` and cached (a restarted actor builds the same one again)."""
+        if key not in self.indexes:
+            self.indexes[key] = build_index(_take(base, base_rows), **options)
+        return self.indexes[key]
+
+    def probe(self, key: str, k: int, base: np.ndarray, base_rows: np.ndarray, options: dict,
+              nprobe: int, rows: list[np.ndarray], *queries: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, int]:
+        """For the sample queries (rows ``rows[q]`` of each query part ``queries[q]``): the
+        best score this shard's index finds with ``nprobe`` lists, the exact best score in
+        the shard, and the shard's number of lists."""
+        start = time.perf_counter()
+        index = self._index(key, base, base_rows, options)
+        probes = np.concatenate([x[r] for x, r in zip(queries, rows)])
+        if key not in self.exact:
+            self.exact[key] = exact_best(_take(base, base_rows), probes)
+        found, nlist = probe(index, probes, k, nprobe)
+        self.usage.add("search", start)
+        return found, self.exact[key], nlist
+
+    def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of ``queries[rows]`` among this shard's ``base[base_rows]`` (node numbers
+        ``base_ids``), with ``options["nprobe"]`` lists for an IVF index."""
+        start = time.perf_counter()
+        index = self._index(key, base, base_rows, options)
+        if options["kind"] in IVF_KINDS:
+            set_nprobe(index, options["nprobe"])
+        c = search(index, _take(queries, rows), k, ids=base_ids)
+        self.usage.add("search", start)
+        return c.scores.numpy(), c.index.numpy()
+
+    def report(self) -> dict[str, Any]:
+        return {**self.usage.report(), "threads": self.threads, "device": self.device}
+
+
+def _take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``x[rows]``, without a copy when ``rows`` are all rows in order (a part's embedding
+    searched whole is the object store's array itself, not a second gigabyte-sized copy)."""
+    return x if rows.size == x.shape[0] and np.array_equal(rows, np.arange(rows.size)) else x[rows]
+
+
+@ray.remote(num_cpus=0, max_retries=RESTARTS)
+def merge_top_k(k: int, *shards: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of the per-shard top-k lists of one query part (canonical order)."""
+    c = Candidates.sorted(torch.from_numpy(np.concatenate([s for s, _ in shards], 1)),
+                          torch.from_numpy(np.concatenate([i for _, i in shards], 1)))
+    return c.scores[:, :k].numpy(), c.index[:, :k].numpy()
+
+
+@ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
+class Shard:
+    """A FAISS index over some rows of a matrix (node numbers ``ids``), held by one actor."""
+
+    def __init__(self, x: np.ndarray, ids: np.ndarray, options: dict, num_cpus: float) -> None:
+        _threads(num_cpus)
+        self.index, self.ids = build_index(x, **options), ids
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        c = search(self.index, queries, k, ids=self.ids)
+        return c.scores.numpy(), c.index.numpy()
+
+
+class ShardedIndex:
+    """The rows of ``x`` split into ``shards`` FAISS indexes on Ray actors; calling it with
+    ``(queries, k)`` merges the per-shard top-k into :class:`Candidates`, equal to one
+    index's for exact (``flat``) indexes. The supervised kNN searches its labelled nodes so."""
+
+    def __init__(self, x: np.ndarray, shards: int, options: dict) -> None:
+        cpus, _ = resources()
+        bounds = np.linspace(0, x.shape[0], shards + 1).astype(np.int64)
+        self.actors = [Shard.options(num_cpus=cpus / shards * RESTART_HEADROOM,
+                                     scheduling_strategy="SPREAD").remote(
+            x[a:b], np.arange(a, b), options, cpus / shards) for a, b in zip(bounds, bounds[1:])]
+        log.info("search: %d rows in %d shards", x.shape[0], shards)
+
+    def __call__(self, queries: np.ndarray, k: int) -> Candidates:
+        q = ray.put(np.ascontiguousarray(queries, dtype=np.float32))
+        scores, index = ray.get(merge_top_k.remote(k, *[a.search.remote(q, k)
+                                                        for a in self.actors]))
+        return Candidates(torch.from_numpy(scores), torch.from_numpy(index))
+
+    def close(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+
+
+def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], n: int
+            ) -> Candidates:
+    """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""
+    scores = np.concatenate([s for s, _ in lists])
+    index = np.concatenate([i for _, i in lists])
+    return Candidates(torch.from_numpy(scores), torch.from_numpy(index)).scatter_rows(
+        torch.from_numpy(np.concatenate(rows)), n)
+
+
+@ray.remote(max_retries=RESTARTS)
+def finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
+           forward: list, forward_rows: list[np.ndarray], backward: list | None,
+           backward_rows: list[np.ndarray], embeddings: list | None, score_scale: float,
+           prepared: Prepared, resume: write.Location) -> tuple:
+    """refine + assign on the merged candidates; the result cut into the source parts,
+    which are also kept in ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
+    _threads(num_cpus)
+    usage, watch = Usage("refine+assign"), Stopwatch()
+    fwd = _gather(ray.get(forward), forward_rows, pair.source.num_nodes)
+    bwd = None if backward is None else _gather(ray.get(backward), backward_rows,
+                                                pair.target.num_nodes)
+    o_s = o_t = None
+    if embeddings is not None:
+        o_s, o_t = (torch.from_numpy(e) for e in ray.get(embeddings))
+    scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
+                    o_s, o_t, scale=score_scale)
+    scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
+    result = prepared.finish(conclude(pair, scored, cfg, watch), pair.gold)
+    usage.seconds = watch.seconds
+    which = part_s.part[result.rows.numpy()]
+    pieces = []
+    for q in range(part_s.num_parts):
+        m = torch.from_numpy(which == q)
+        pieces.append(replace(result, rows=result.rows[m],
+                              candidates=result.candidates.take_rows(m),
+                              matched=result.matched[m], matched_score=result.matched_score[m],
+                              mutual=None if result.mutual is None else result.mutual[m],
+                              confidence=None if result.confidence is None
+                              else result.confidence[m], metrics={}))
+        checkpoint.save_piece(resume, q, pieces[-1])
+    checkpoint.save_done(resume, result.metrics, part_s.num_parts)
+    return (result.metrics, usage.report(), *pieces)
+
+
+@ray.remote(max_retries=RESTARTS)
+def write_part(stage: write.Location, q: int, pair: Pair, piece, top_k: int,
+               min_confidence: float, run: dict) -> tuple:
+    """Write source part ``q``'s rows as file ``q`` of the staged dataset."""
+    start, usage = time.perf_counter(), Usage(f"write {q}")
+    entry = write.write_matches(stage, write.match_table(pair, piece, top_k, min_confidence), run,
+                                part=q)
+    usage.add("write", start)
+    return entry, usage.report()
+
+
+@ray.remote
+def gathered_embedding(parting: Partition, *parts: np.ndarray) -> np.ndarray:
+    """A whole graph's embedding from its parts' rows (only for the dense Hungarian)."""
+    out = np.empty((parting.part.size, parts[0].shape[1]), dtype=np.float32)
+    for p, rows in enumerate(parts):
+        out[parting.nodes(p)] = rows
+    return out
+
+
+def usage_of(worker: ray.actor.ActorHandle, role: str) -> dict[str, Any]:
+    """An actor's usage; an actor being restarted after a lost node may not answer, which
+    must not fail a run whose results are already in."""
+    try:
+        return ray.get(worker.report.remote(), timeout=30)
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+            ray.exceptions.GetTimeoutError) as e:
+        return {"role": role, "unavailable": str(e).splitlines()[0]}

@@ -1,0 +1,90 @@
+"""The Ray cluster: join one (or start a fresh one in-process), and size the actors to it."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import ray
+from ray._private import ray_constants
+
+from ..errors import InputError
+
+log = logging.getLogger("tfgm_dist")
+
+CONNECT_TIMEOUT_S = 60.0  # an address that does not answer within this is an error
+RESTART_HEADROOM = 0.5  # share of an actor's threads reserved as Ray CPUs
+
+
+def connect(address: str = "") -> None:
+    """Join the Ray cluster at ``address`` (or ``RAY_ADDRESS``); else start a fresh one
+    in-process.
+
+    A fresh one, always: ``address="local"`` ignores the address file a dead head may have
+    left in Ray's temp folder (joining it hangs forever). A given address must answer within
+    :data:`CONNECT_TIMEOUT_S` (Ray itself retries forever), or this raises an
+    :class:`InputError` naming it. An in-process cluster binds to loopback and runs no
+    dashboard.
+    """
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if address and address != "local":
+        if address != "auto":
+            _answers(address)
+        log.info("ray: joining the cluster at %s", address)
+        ray.init(address=address, log_to_driver=True)
+    else:
+        log.info("ray: starting a local cluster on 127.0.0.1")
+        # On Linux, Ray binds its servers to every interface even with a loopback node
+        # address; its single-machine mode (the Windows/macOS default) keeps them on loopback.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                 log_to_driver=True)
+
+
+def _answers(address: str) -> None:
+    """Raise :class:`InputError` unless a TCP connection to ``address`` (``host:port``, with
+    or without a ``ray://`` or ``http://`` scheme) opens within :data:`CONNECT_TIMEOUT_S`."""
+    where = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"ray address {address!r}: expected HOST:PORT")
+    timeout_s = CONNECT_TIMEOUT_S
+    deadline, error = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+            return
+        except OSError as e:
+            error = e
+            time.sleep(1.0)
+    raise InputError(f"ray address {address}: nothing answered at {host}:{port} within "
+                     f"{timeout_s:g} s ({error})")
+
+
+def resources() -> tuple[float, float]:
+    """CPUs and GPUs of the cluster."""
+    total = ray.cluster_resources()
+    return float(total.get("CPU", 1)), float(total.get("GPU", 0))
+
+
+def placement(cpus: float, gpus: float, partitions: int) -> tuple[str, float, dict[str, Any]]:
+    """Where the ``partitions`` part actors of a cluster with ``cpus`` and ``gpus`` run: their
+    torch device, the threads each runs, and the Ray options each asks for.
+
+    With GPUs, each actor takes ``gpus / partitions`` of them (one each when ``partitions``
+    equals the GPU count, as ``jobs.align`` chooses) and its tensors and FAISS index live on
+    the GPU. Without, each runs ``cpus / partitions`` threads and reserves half of them as Ray
+    CPUs, so that the actors of a lost node can be restarted on the nodes that are left.
+    Actors are spread over the nodes either way.
+    """
+    threads = cpus / partitions
+    if gpus:
+        return "cuda", threads, {"scheduling_strategy": "SPREAD", "num_cpus": 0,
+                                 "num_gpus": gpus / partitions}
+    return "cpu", threads, {"scheduling_strategy": "SPREAD",
+                            "num_cpus": threads * RESTART_HEADROOM}
