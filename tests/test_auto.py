@@ -142,6 +142,29 @@ def test_estimate_never_reads_gold_and_tracks_the_true_accuracy(seeded_pair):
     assert all(v["share_correct"] is None or 0 <= v["share_correct"] <= 1 for v in sure.values())
 
 
+def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_pair):
+    """The held-out MRR of "2 layers, weight w, l layers" is that of a run embedded at depth
+    2 with those anchors: a depth is a prefix of the deepest embedding."""
+    cfg, _ = auto.settle(seeded_pair, Config())
+    kept, held = auto.split_seeds(seeded_pair.seeds, cfg.seed)
+    trial = auto.estimation_pair(replace(seeded_pair, seeds=kept), held)
+    chosen, report = auto.select(trial, cfg, held)
+    assert chosen.embed.layers == report["embed_layers"] in auto.CONTENT_LAYERS
+    assert {k.split(",")[0] for k in report["held_out_mrr"]} == {"2 layers", "3 layers"}
+    fixed = replace(cfg, embed=replace(cfg.embed, layers=2),
+                    anchors=replace(cfg.anchors, weight=4.0, layers=3))
+    o_s, o_t = pipeline.embeddings(pipeline.channels(trial, fixed),
+                                   pipeline.operators(trial, fixed), fixed.seed)
+    targets = torch.from_numpy(pipeline.plan(trial, fixed).targets)
+    queries = torch.from_numpy(held[0])
+    mrr = auto.held_out_mrr([(o_s[queries], o_t[targets])], [[1.0]], targets,
+                            torch.from_numpy(held[1]))[0]
+    assert report["held_out_mrr"]["2 layers, weight 4, 3 layers"] == pytest.approx(mrr, abs=1e-4)
+    user = auto.select(trial, replace(cfg, explicit=cfg.explicit + ("embed.layers",)), held)[1]
+    assert "embed_layers" not in user  # a depth the user set is not chosen among
+    assert not any(k.startswith(("2 layers", "3 layers")) for k in user["held_out_mrr"])
+
+
 def test_confidence_is_in_0_1_monotone_in_the_margin_and_calibrated(seeded_pair):
     result = auto.align(seeded_pair, Config())
     conf, margin = result.confidence, estimate.margins(result)
