@@ -70,8 +70,7 @@ class PartWorker:
                                       for t in (q.weight, q.bias))) for q in channel]
                        for channel in params]
         self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
-        self.indexes: dict[str, Any] = {}
-        self.exact: dict[str, np.ndarray] = {}
+        self.shard = SearchShard()
         self.usage = Usage(f"part {p}")
 
     def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
@@ -105,40 +104,25 @@ class PartWorker:
         return np.ascontiguousarray(np.concatenate([b * f for b, f in zip(blocks, scales)],
                                                    axis=1), dtype=np.float32)
 
-    def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict):
-        """The FAISS index of this shard's ``base[base_rows]``, built on first use under
-        ``key`` and cached (a restarted actor builds the same one again)."""
-        if key not in self.indexes:
-            self.indexes[key] = build_index(_take(base, base_rows), **options)
-        return self.indexes[key]
-
     def probe(self, key: str, k: int, base: np.ndarray, base_rows: np.ndarray, options: dict,
               nprobe: int, rows: list[np.ndarray], *queries: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, int]:
-        """For the sample queries (rows ``rows[q]`` of each query part ``queries[q]``): the
-        best score this shard's index finds with ``nprobe`` lists, the exact best score in
-        the shard, and the shard's number of lists."""
+        """:meth:`SearchShard.probe` of the sample queries, rows ``rows[q]`` of each query
+        part ``queries[q]``."""
         start = time.perf_counter()
-        index = self._index(key, base, base_rows, options)
         probes = np.concatenate([x[r] for x, r in zip(queries, rows)])
-        if key not in self.exact:
-            self.exact[key] = exact_best(_take(base, base_rows), probes)
-        found, nlist = probe(index, probes, k, nprobe)
+        out = self.shard.probe(key, k, base, base_rows, options, nprobe, probes)
         self.usage.add("search", start)
-        return found, self.exact[key], nlist
+        return out
 
     def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
                base_rows: np.ndarray, base_ids: np.ndarray, options: dict
                ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` of ``queries[rows]`` among this shard's ``base[base_rows]`` (node numbers
-        ``base_ids``), with ``options["nprobe"]`` lists for an IVF index."""
+        """:meth:`SearchShard.search` of ``queries[rows]``."""
         start = time.perf_counter()
-        index = self._index(key, base, base_rows, options)
-        if options["kind"] in IVF_KINDS:
-            set_nprobe(index, options["nprobe"])
-        c = search(index, _take(queries, rows), k, ids=base_ids)
+        out = self.shard.search(key, k, _take(queries, rows), base, base_rows, base_ids, options)
         self.usage.add("search", start)
-        return c.scores.numpy(), c.index.numpy()
+        return out
 
     def report(self) -> dict[str, Any]:
         return {**self.usage.report(), "threads": self.threads, "device": self.device}
@@ -158,17 +142,60 @@ def merge_top_k(k: int, *shards: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndar
     return c.scores[:, :k].numpy(), c.index[:, :k].numpy()
 
 
+class SearchShard:
+    """One shard of a sharded search: FAISS indexes of some rows of a base matrix, each built
+    on first use under a key and cached (a restarted actor builds the same one again).
+
+    The pipeline's part actors search their part's rows with it, and :class:`Shard` actors
+    the rows they were given (the supervised kNN); :func:`merge_top_k` merges the shards'
+    lists into one index's, bit for bit for a flat index (:func:`~tfgm_dist.search.search`).
+    """
+
+    def __init__(self) -> None:
+        self.indexes: dict[str, Any] = {}
+        self.exact: dict[str, np.ndarray] = {}
+
+    def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict):
+        if key not in self.indexes:
+            self.indexes[key] = build_index(_take(base, base_rows), **options)
+        return self.indexes[key]
+
+    def probe(self, key: str, k: int, base: np.ndarray, base_rows: np.ndarray, options: dict,
+              nprobe: int, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """For sample queries ``probes``: the best score this shard's index finds with
+        ``nprobe`` lists, the exact best score in the shard, and the shard's number of lists
+        (:func:`~tfgm_dist.search.tune_nprobe` takes the maxima over the shards)."""
+        index = self._index(key, base, base_rows, options)
+        if key not in self.exact:
+            self.exact[key] = exact_best(_take(base, base_rows), probes)
+        found, nlist = probe(index, probes, k, nprobe)
+        return found, self.exact[key], nlist
+
+    def search(self, key: str, k: int, queries: np.ndarray, base: np.ndarray,
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` of ``queries`` among ``base[base_rows]`` (node numbers ``base_ids``),
+        with ``options["nprobe"]`` lists for an IVF index."""
+        index = self._index(key, base, base_rows, options)
+        if options["kind"] in IVF_KINDS:
+            set_nprobe(index, options["nprobe"])
+        c = search(index, queries, k, ids=base_ids)
+        return c.scores.numpy(), c.index.numpy()
+
+
 @ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
 class Shard:
-    """A FAISS index over some rows of a matrix (node numbers ``ids``), held by one actor."""
+    """Some rows of a matrix (node numbers ``ids``) as one :class:`SearchShard`, held by one
+    actor."""
 
     def __init__(self, x: np.ndarray, ids: np.ndarray, options: dict, num_cpus: float) -> None:
         _threads(num_cpus)
-        self.index, self.ids = build_index(x, **options), ids
+        self.x, self.ids, self.options = x, ids, options
+        self.shard = SearchShard()
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        c = search(self.index, queries, k, ids=self.ids)
-        return c.scores.numpy(), c.index.numpy()
+        return self.shard.search("x", k, queries, self.x, np.arange(self.x.shape[0]), self.ids,
+                                 self.options)
 
 
 class ShardedIndex:
