@@ -5,6 +5,9 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from tfgm_dist import cli
 from tfgm_dist.stopwatch import JsonFormatter, Progress
 
 
@@ -42,17 +45,22 @@ def test_json_log_lines_carry_time_level_logger_message():
     assert entry["message"] == "lost 3" and entry["time"].endswith("Z")
 
 
-def test_the_command_line_logs_json_or_nothing_below_its_level(tmp_path):
-    def demo(*options: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tfgm_dist.cli", *options, "demo",
-                               "--nodes", "500", "--out", str(tmp_path / options[-1])],
-                              capture_output=True, text=True, timeout=300)
-
-    logged = demo("--log-format", "json")
+def test_the_command_line_logs_json_lines_and_keeps_stdout_one_document(tmp_path):
+    logged = subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "--log-format", "json",
+                             "demo", "--nodes", "500", "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300)
     assert logged.returncode == 0, logged.stderr
     entries = [json.loads(line) for line in logged.stderr.splitlines()]
     assert entries and {e["level"] for e in entries} == {"INFO"}
     assert any(e["message"].startswith("embed done") for e in entries)
-    assert json.loads(logged.stdout)["rows"] == 500  # stdout stays one JSON document
-    quiet = demo("--log-level", "warning")
-    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert json.loads(logged.stdout)["rows"] == 500
+
+
+@pytest.mark.parametrize("options, level", [([], "INFO"), (["-q"], "WARNING"),
+                                            (["-v"], "DEBUG"), (["--log-level", "error"], "ERROR")])
+def test_log_levels_from_the_options(monkeypatch, options, level):
+    monkeypatch.setattr(logging.root, "handlers", [])  # as in a fresh process
+    monkeypatch.setattr(logging.root, "level", logging.WARNING)
+    cli.start_logging(cli.parser().parse_args([*options, "synth", "out"]))
+    assert logging.getLevelName(logging.root.level) == level
+    assert not isinstance(logging.root.handlers[0].formatter, JsonFormatter)
