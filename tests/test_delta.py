@@ -48,9 +48,10 @@ def test_runs_append_by_date_and_a_rerun_replaces_only_its_date(pair, tmp_path):
                                    "2026-11-23": [third["run_id"]]}
     assert rows.height == 3 * first["rows"]
     # DuckDB over the table's current version (its Arrow dataset), and time travel
-    current = DeltaTable(str(table)).to_pyarrow_dataset()
-    assert duckdb.sql("select count(distinct run_date), count(distinct run_id) from current"
-                      ).fetchall() == [(3, 3)]
+    db = duckdb.connect()
+    db.register("runs", DeltaTable(str(table)).to_pyarrow_dataset())
+    assert db.sql("select count(distinct run_date), count(distinct run_id) from runs"
+                  ).fetchall() == [(3, 3)]
     assert runs_per_date(pl.read_delta(str(table), version=1)) == {
         "2026-11-21": [first["run_id"]], "2026-11-22": [second["run_id"]]}
 
