@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch_geometric.nn import SimpleConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
 
@@ -119,15 +118,18 @@ def csr_on_purpose() -> Iterator[None]:
         yield
 
 
-_PROPAGATE = SimpleConv(aggr="sum")
-
-
 def propagate(block: RowBlock, h_halo: torch.Tensor) -> torch.Tensor:
-    """:math:`\\hat{A}_{\\text{rows}}\\, H_{\\text{halo}}` with PyG's weight-free ``SimpleConv``."""
+    """:math:`\\hat{A}_{\\text{rows}}\\, H_{\\text{halo}}`: one sparse CSR product.
+
+    This is what PyG's weight-free ``SimpleConv(aggr="sum")`` computes on a CSR adjacency,
+    bit for bit; the conv itself is not used because each process that builds one writes
+    its generated ``propagate`` module to a temporary file that PyG never deletes (2,006 of
+    them had gathered in this machine's /tmp).
+    """
     if h_halo.size(0) != block.halo.numel():
         raise ValueError(f"h_halo has {h_halo.size(0)} rows, the block's halo "
                          f"{block.halo.numel()}")
-    return _PROPAGATE((h_halo, None), block.adj)
+    return block.adj @ h_halo
 
 
 @dataclass(frozen=True)
