@@ -84,9 +84,11 @@ def test_partition_refuses_more_parts_than_nodes():
 
 
 @pytest.mark.skipif(not YEAST.exists(), reason=f"benchmark data not found at {YEAST}")
-def test_yeast_on_ray_equals_one_process(cluster, tmp_path):
+def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     """P = 2 here, 3 and 2 for the synthetic pairs with seeds below, 1 and 2 for the scale
-    config: every P equals one process."""
+    config: every P equals one process. Here each part's queries are searched in chunks."""
+    from tfgm_dist import distributed
+    monkeypatch.setattr(distributed, "SEARCH_CHUNK", 128)
     base = with_overrides(load_config(ROOT / "jobs" / "configs" / "yeast.toml"),
                           **{"refine.steps": 10, "search.k": 50})
     paths = dict(source=YEAST / "yeast0_Y2H1.txt", target=YEAST / "yeast10_Y2H1.txt")
