@@ -83,6 +83,8 @@ def test_the_run_date_defaults_to_today_in_utc(pair, tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--run-date", "2026-02-30"], "job.run_date '2026-02-30' is not a date (YYYY-MM-DD)"),
     (["--overwrite"], "job.overwrite does not apply to out_format = \"delta\""),
+    (["--out-format", "parquet", "--run-date", "2026-11-23"],
+     "job.run_date applies to out_format = \"delta\" only"),
 ])
 def test_bad_delta_options_are_one_error_line(pair, tmp_path, capsys, extra, message):
     code = cli.main(["-q", "align", str(pair["source"]), str(pair["target"]), "--out",

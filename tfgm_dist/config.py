@@ -190,6 +190,9 @@ class JobConfig:
                 valid = False
             if not valid:
                 raise ValueError(f"run_date {self.run_date!r} is not a date (YYYY-MM-DD)")
+        if self.run_date and self.out_format != "delta":
+            raise ValueError("run_date applies to out_format = \"delta\" only (a Parquet "
+                             "folder holds one run)")
         if self.out_format == "delta" and self.overwrite:
             raise ValueError("overwrite does not apply to out_format = \"delta\": a run "
                              "replaces its run date's partition, and other dates stay")
