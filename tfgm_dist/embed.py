@@ -91,6 +91,19 @@ class RowBlock:
     halo: torch.Tensor  # [h] node numbers whose previous-layer rows the block needs
     adj: torch.Tensor  # sparse CSR [n, h]
 
+    def __reduce__(self) -> tuple:
+        # Ray ships blocks to its workers; unpickling a CSR tensor there warned "beta state"
+        # once in every worker's log. Its parts travel as dense tensors instead.
+        a = self.adj
+        return _block_of, (self.nodes, self.halo, a.crow_indices(), a.col_indices(), a.values(),
+                           tuple(a.shape))
+
+
+def _block_of(nodes: torch.Tensor, halo: torch.Tensor, crow: torch.Tensor, col: torch.Tensor,
+              values: torch.Tensor, shape: tuple[int, int]) -> RowBlock:
+    with csr_on_purpose():
+        return RowBlock(nodes, halo, torch.sparse_csr_tensor(crow, col, values, shape))
+
 
 def row_block(op: Operator, nodes: torch.Tensor) -> RowBlock:
     """Cut the block of ``nodes`` (sorted node numbers) out of ``op``."""
