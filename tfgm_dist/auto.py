@@ -156,8 +156,8 @@ def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tupl
     (ties pessimistic) of the held-out sources among the searchable targets, for every depth
     of :data:`CONTENT_LAYERS` (names or vectors, seeds not hints: on DBP15k with seeds 2
     layers beat the settled 3 by 0.2-0.3 Hits@1 on every pair, without seeds 3 beat 2 by
-    0.3; the deep degree setting stays). Each channel is embedded once, at its deepest depth, and
-    shallower ones are its prefixes. Keys the user set stay as set."""
+    0.3; the deep degree setting stays). Each channel is embedded once, at its deepest depth,
+    and shallower ones are its prefixes. Keys the user set stay as set."""
     ac = cfg.anchors
     if not ac.enabled or cfg.is_set("anchors.weight") and cfg.is_set("anchors.layers"):
         return cfg, {}
@@ -181,15 +181,14 @@ def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tupl
     # one part per content depth and per anchor depth: a depth is a prefix of the blocks
     # (the content's input block, if kept, then one per layer; the anchors' layers)
     width, first = content[0].x_s.size(1), int(ec.include_input)
-    c_depths = sorted(content_depths)
-    parts = [_prefix(c_s, c_t, queries, targets, (first + d) * width) for d in c_depths]
+    parts = [_prefix(c_s, c_t, queries, targets, (first + d) * width) for d in content_depths]
     parts += [_prefix(a_s, a_t, queries, targets, l * anchor.x_s.size(1))
               for l in range(1, max(depths) + 1)]
     anchor_choices: list[tuple[float, int] | None] = (
         [] if cfg.is_set("anchors.enabled") else [None])
     anchor_choices += [(w, layers) for layers in depths for w in weights]
     choices = [(d, a) for d in content_depths for a in anchor_choices]
-    mixes = [[float(d == c) for c in c_depths]
+    mixes = [[float(d == c) for c in content_depths]
              + [0.0 if a is None or l != a[1] else a[0] for l in range(1, max(depths) + 1)]
              for d, a in choices]
     scores = dict(zip(choices, held_out_mrr(parts, mixes, targets, truth)))

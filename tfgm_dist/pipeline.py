@@ -184,9 +184,14 @@ class Plan:
     """Which node numbers each search covers."""
 
     rows: np.ndarray  # source numbers that are output (queries minus seed sources)
-    searched: np.ndarray  # sources the forward search ranks: all but seeds when refining or mutual
     targets: np.ndarray  # targets searched among (candidates minus seed targets)
-    sources: np.ndarray | None  # sources the backward search ranks among (= searched); None: no backward
+    sources: np.ndarray | None  # sources the backward search ranks among; None: no backward
+
+    @property
+    def searched(self) -> np.ndarray:
+        """The sources the forward search ranks: with a backward search the same sources
+        (every one but the seeds), else the output rows."""
+        return self.rows if self.sources is None else self.sources
 
 
 def plan(pair: Pair, cfg: Config) -> Plan:
@@ -203,9 +208,8 @@ def plan(pair: Pair, cfg: Config) -> Plan:
                          "(or every one of the queries)")
     if cfg.refine.enabled or cfg.assign.method == "mutual":
         # a seed's own list is never read: refinement pins it to its target
-        sources = _searchable(n_s, None, seeds_s)
-        return Plan(rows, sources, targets, sources)
-    return Plan(rows, rows, targets, None)
+        return Plan(rows, targets, _searchable(n_s, None, seeds_s))
+    return Plan(rows, targets, None)
 
 
 def search_options(cfg: Config) -> dict:

@@ -33,7 +33,6 @@ from .search import Candidates, candidates_from_coo
 from .stopwatch import Progress
 
 
-
 def _transpose_csr(index: torch.Tensor, num_targets: int) -> tuple[torch.Tensor, ...]:
     """CSR structure of :math:`S^\\top` for the candidate pattern ``index`` ``[n_s, k]``.
 

@@ -174,15 +174,15 @@ def check_output(out: str | Path | Location, overwrite: bool, root: str = "",
     info = out.info()
     if info.type == pafs.FileType.File:
         raise InputError(f"{out}: output path exists and is not a folder")
-    if info.type == pafs.FileType.Directory and out.listing(recursive=False) and delta:
-        if (out / DELTA_LOG).info().type != pafs.FileType.Directory:
+    if info.type == pafs.FileType.Directory and out.listing(recursive=False):
+        if delta and (out / DELTA_LOG).info().type != pafs.FileType.Directory:
             raise InputError(f"{out}: output folder is not empty and is not a Delta table; "
                              "refusing to write into it")
-    elif info.type == pafs.FileType.Directory and out.listing(recursive=False):
-        if not _holds_run(out):
+        if not delta and not _holds_run(out):
             raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
                              "result; refusing to write into it")
-        _refuse_replacing(out, overwrite)
+        if not delta:
+            _refuse_replacing(out, overwrite)
     if out.local and not os.path.isdir(out.parent.path):
         raise InputError(f"{out.parent}: parent folder of the output does not exist")
     return out
