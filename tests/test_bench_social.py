@@ -1,7 +1,7 @@
 """The social benchmark's development pairs and baseline, on pairs written to disk and read back."""
 import numpy as np
 
-from jobs.bench_social import noisy_copies, rwr_baseline, write_pair
+from jobs.bench_social import noisy_copies, rwr_baseline, wl_ceiling, write_pair
 from tfgm_dist.load import load_graph, load_pairs
 
 
@@ -36,3 +36,16 @@ def test_an_attributed_dev_pair_loads_with_its_words_and_the_words_help_the_base
                               gold, attributes=(g_s.features.numpy(), g_t.features.numpy()),
                               **common)
     assert with_words["hits@1"] > plain["hits@1"] + 20
+
+
+def test_the_wl_ceiling_counts_targets_no_structure_can_tell_from_another():
+    # a star, hub 0 and leaves 1-4, leaf 1 a seed: leaves 2-4 look alike, the hub is unique
+    star = np.array([[0, 1], [0, 2], [0, 3], [0, 4]])
+    assert wl_ceiling(star, 5, np.array([1]), np.array([0, 2])) == 50.0
+    assert wl_ceiling(star, 5, np.array([1]), np.array([3, 4])) == 0.0
+    # a path of 40 seeded at one end: each node's distance to the seed tells it apart, which
+    # colour refinement learns one hop per round (deeper than its first 8 rounds)
+    path = np.stack([np.arange(39), np.arange(1, 40)], 1)
+    assert wl_ceiling(path, 40, np.array([0]), np.arange(1, 40)) == 100.0
+    # without the seed, the path's two halves mirror each other
+    assert wl_ceiling(path, 40, np.array([], dtype=np.int64), np.arange(40)) == 0.0
