@@ -430,7 +430,8 @@ def print_row(name: str, base: dict, tfgm: dict) -> None:
     n_s, e_s, n_t, e_t = base["sizes"]
     print(f"| {name} | {n_s:,} / {e_s:,} | {n_t:,} / {e_t:,} | {base['seeds']:,} | "
           f"{base['evaluated']:,} | {base['ceiling']:.1f} | {base['hits@1']:.1f} | "
-          f"{base['hits@10']:.1f} | {base['mrr']:.3f} | {base['seconds']:.1f} | {_tfgm_cells(tfgm, base['hits@1'])} |",
+          f"{base['hits@10']:.1f} | {base['mrr']:.3f} | {base['seconds']:.1f} | "
+          f"{_tfgm_cells(tfgm, base['hits@1'])} |",
           flush=True)
 
 
