@@ -111,7 +111,7 @@ BAD = [
     ("[refine]\nenabled = 1\n", "refine.enabled", "must be bool"),
     ("[embed]\nbias = \"big\"\n", "embed.bias", "must be float"),
     ("[embed]\nbias = true\n", "embed.bias", "must be float"),
-    ("[features]\nkind = 3\n", "features.kind", "must be str"),
+    ("[features]\nkind = 3\n", "features.kind", "is not one of"),
     ("[search]\nk = 0\n", "search.k", "out of range"),
     ("[refine]\nsteps = -2\n", "refine.steps", "out of range"),
     ("top_k = 0\n", "top_k", "out of range"),
@@ -230,3 +230,30 @@ def test_with_overrides_validates_like_a_file(override, key):
 def test_with_overrides_unknown_section_is_an_input_error():
     with pytest.raises(InputError, match="nope"):
         with_overrides(Config(), **{"nope.x": 1})
+
+
+def test_settings_built_in_code_are_validated_like_a_file():
+    # the sections are pydantic dataclasses: replace() and direct construction check too
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        dataclasses.replace(Config().search, k=0)
+    with pytest.raises(ValueError, match="valid integer"):
+        EmbedConfig(layers=2.5)
+    with pytest.raises(ValueError, match="needs include_input = true"):
+        EmbedConfig(basic=True, include_input=False)
+    assert dataclasses.replace(Config().anchors, weight=4).weight == 4.0  # an int is a float
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"seed": 2**64}, "seed = 18446744073709551616 is out of range (input should be less than"),
+    ({"search": {"k": 5000}}, "search.k = 5000 is out of range (input should be less than or "
+                              "equal to 4096)"),
+    ({"anchors": {"weight": float("inf")}}, "anchors.weight must be a finite float, got inf"),
+    ({"assign": {"min_confidence": 1.5}}, "assign.min_confidence = 1.5 is out of range"),
+    ({"job": {"run_date": "2026-13-01", "out_format": "delta"}},
+     "job.run_date '2026-13-01' is not a date (YYYY-MM-DD)"),
+])
+def test_the_first_error_is_one_line_naming_the_dotted_key(data, message):
+    with pytest.raises(InputError) as info:
+        from_dict(data, "run.toml")
+    assert str(info.value).startswith("run.toml: " + message)
+    assert "\n" not in str(info.value)

@@ -1,51 +1,71 @@
 """The run configuration: every knob of every stage, from a TOML or YAML file or the CLI.
 
-Files are parsed (``tomllib``, ``yaml.safe_load``), never executed. Unknown keys, wrong types
-and out-of-range values are rejected with a one-line error naming the file and key.
+Files are parsed (``tomllib``, ``yaml.safe_load``), never executed. Each section is a frozen
+pydantic dataclass whose types and ranges are declared with its keys, so a setting built in
+code (``dataclasses.replace``) is checked like one read from a file. Unknown keys, wrong
+types and out-of-range values are rejected with a one-line error naming the file and key.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Annotated, Any, Literal, get_args, get_type_hints
 
 import yaml
+from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass
 
 from .errors import InputError
 
-FEATURE_KINDS = ("auto", "given", "names", "degree-onehot", "degree-sinusoidal")
-ASSIGN_METHODS = ("argmax", "mutual", "one-to-one")
-ONE_TO_ONE_SOLVERS = ("auto", "hungarian", "sparse", "sinkhorn")
+# Scalars are strict: a TOML string "10" or a YAML `yes` is not taken for a number or a bool
+# (an int still counts as a float); ranges are checked where the type is declared.
+Int = Annotated[int, Strict()]
+Count = Annotated[int, Strict(), Field(ge=0)]
+Positive = Annotated[int, Strict(), Field(ge=1)]
+Float = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+Share = Annotated[float, Strict(), Field(ge=0, le=1)]
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
+
+FeatureKind = Literal["auto", "given", "names", "degree-onehot", "degree-sinusoidal"]
+AssignMethod = Literal["argmax", "mutual", "one-to-one"]
+OneToOneSolver = Literal["auto", "hungarian", "sparse", "sinkhorn"]
+Operator = Literal["sum", "mean", "gcn"]  # the weight-free layers' graph operators
+IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]  # the FAISS indexes of the search stage
+InputFormat = Literal["", "edgelist", "triples", "gw", "parquet"]
+OutFormat = Literal["parquet", "delta"]
+SupervisedMatch = Literal["argmax", "one-to-one"]
+ASSIGN_METHODS = get_args(AssignMethod)
+OPERATORS = get_args(Operator)
+INDEX_KINDS = get_args(IndexKind)
+OUT_FORMATS = get_args(OutFormat)
 MAX_K = 4096  # candidates per row; GPU FAISS's own limit is 2048
-OPERATORS = ("sum", "mean", "gcn")  # the weight-free layers' graph operators
-INDEX_KINDS = ("flat", "ivf", "ivfpq", "hnsw")  # the FAISS indexes of the search stage
 LAYOUT_COLUMNS = ("src", "dst", "weight", "id", "name", "features")  # of the Parquet layout
+JOB_PATHS = ("source", "target", "out", "seeds", "gold", "candidates", "queries", "output_root")
+
+# Every section: frozen, unknown keys refused. Cross-key rules live in ``__post_init__`` and
+# raise ValueError with a message that starts with the key.
+SECTION = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class EmbedConfig:
     """What the paper varies: depth, operator and the ablation switches."""
 
-    layers: int = 3
-    operator: str = "sum"
-    self_loops: bool = True
-    random_weights: bool = False  # W_l ~ N(0, 1/d) instead of W_l = I
-    bias: float = 0.0  # beta: scale of a random bias b_l ~ N(0, beta^2/d); 0 = none
-    relu: bool = False  # sigma = ReLU between layers instead of identity
-    basic: bool = False  # BasicTFGM: residual, last layer only
-    include_input: bool = True  # keep F^(0) in the concatenation
+    layers: Count = 3
+    operator: Operator = "sum"
+    self_loops: Bool = True
+    random_weights: Bool = False  # W_l ~ N(0, 1/d) instead of W_l = I
+    bias: Annotated[Float, Field(ge=0)] = 0.0  # beta: a random bias b_l ~ N(0, beta^2/d); 0 = none
+    relu: Bool = False  # sigma = ReLU between layers instead of identity
+    basic: Bool = False  # BasicTFGM: residual, last layer only
+    include_input: Bool = True  # keep F^(0) in the concatenation
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.bias) or self.bias < 0:
-            raise ValueError(f"bias = {self.bias} is out of range (must be finite and >= 0)")
-        if self.layers < 0:
-            raise ValueError(f"layers = {self.layers} is out of range (must be >= 0)")
-        if self.operator not in OPERATORS:
-            raise ValueError(f"operator = {self.operator!r} is not one of {', '.join(OPERATORS)}")
         if self.basic and not self.include_input:
             raise ValueError("basic = true needs include_input = true: BasicTFGM's residual "
                              "starts at X")
@@ -56,131 +76,84 @@ class EmbedConfig:
         return 1 if self.basic else self.layers + int(self.include_input)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class FeatureConfig:
-    kind: str = "auto"  # auto: given vectors, else names, else degree-sinusoidal
-    ngram: int = 2  # character n-gram size for names
-    ngram_dim: int = 2048  # hashed n-gram width
-    encoder: bool = False  # add all-MiniLM-L6-v2 sentence vectors of the names
-    sinusoidal_dim: int = 512
-    project_dim: int = 0  # seeded random projection of X to this width; 0 keeps X
-
-    def __post_init__(self) -> None:
-        _choice("kind", self.kind, FEATURE_KINDS)
-        _at_least("ngram", self.ngram, 1)
-        _at_least("ngram_dim", self.ngram_dim, 1)
-        _at_least("sinusoidal_dim", self.sinusoidal_dim, 2)
-        _at_least("project_dim", self.project_dim, 0)
+    kind: FeatureKind = "auto"  # auto: given vectors, else names, else degree-sinusoidal
+    ngram: Positive = 2  # character n-gram size for names
+    ngram_dim: Positive = 2048  # hashed n-gram width
+    encoder: Bool = False  # add all-MiniLM-L6-v2 sentence vectors of the names
+    sinusoidal_dim: Annotated[Int, Field(ge=2)] = 512
+    project_dim: Count = 0  # seeded random projection of X to this width; 0 keeps X
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class SearchConfig:
-    index: str = "flat"
-    k: int = 50  # candidates kept per source for refinement, ranking and assignment
-    nlist: int = 0  # IVF lists; 0 = 4 sqrt(n) for ivf, sqrt(n) for ivfpq
-    nprobe: int = 16  # IVF lists probed; raised by the recall target when that is set
-    recall: float = 0.99  # IVF: nprobe grows (x1.41) until this share of sampled queries finds its
-    # exact best match (0 = keep nprobe)
-    hnsw_m: int = 32
-    ef_search: int = 128
-
-    def __post_init__(self) -> None:
-        _choice("index", self.index, INDEX_KINDS)
-        _at_least("k", self.k, 1)
-        if self.k > MAX_K:
-            raise ValueError(f"k = {self.k} is out of range (must be <= {MAX_K}: every searched "
-                             "row keeps k candidates)")
-        _at_least("nlist", self.nlist, 0)
-        _at_least("nprobe", self.nprobe, 1)
-        if not 0 <= self.recall <= 1:
-            raise ValueError(f"recall = {self.recall} is out of range (must be in [0, 1])")
-        _at_least("hnsw_m", self.hnsw_m, 2)
-        _at_least("ef_search", self.ef_search, 1)
+    index: IndexKind = "flat"
+    # candidates kept per source for refinement, ranking and assignment; every searched row
+    # keeps k of them
+    k: Annotated[Positive, Field(le=MAX_K)] = 50
+    nlist: Count = 0  # IVF lists; 0 = 4 sqrt(n) for ivf, sqrt(n) for ivfpq
+    nprobe: Positive = 16  # IVF lists probed; raised by the recall target when that is set
+    recall: Share = 0.99  # IVF: nprobe grows (x1.41) until this share of sampled queries finds
+    # its exact best match (0 = keep nprobe)
+    hnsw_m: Annotated[Int, Field(ge=2)] = 32
+    ef_search: Positive = 128
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class RefineConfig:
-    enabled: bool = False
-    steps: int = 10
-    dim: int = 256  # width of the random indicator functions r_s
-    layers: int = 1  # depth of the weight-free psi_2
-    include_input: bool = True  # psi_2 keeps its input block r in the concatenation
-
-    def __post_init__(self) -> None:
-        _at_least("steps", self.steps, 1)
-        _at_least("dim", self.dim, 1)
-        _at_least("layers", self.layers, 1)
+    enabled: Bool = False
+    steps: Positive = 10
+    dim: Positive = 256  # width of the random indicator functions r_s
+    layers: Positive = 1  # depth of the weight-free psi_2
+    include_input: Bool = True  # psi_2 keeps its input block r in the concatenation
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class AnchorConfig:
     """The anchor channel: seed indicators propagated by the weight-free layers."""
 
-    enabled: bool = False  # with seeds only
-    weight: float = 1.0  # relative to the content channel's weight of 1
-    layers: int = 2
-    dim: int = 256  # indicator width: exact one-hot up to dim seeds, a projection beyond
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.weight) and self.weight > 0):
-            raise ValueError(f"weight = {self.weight} is out of range (must be > 0)")
-        _at_least("layers", self.layers, 1)
-        _at_least("dim", self.dim, 1)
+    enabled: Bool = False  # with seeds only
+    weight: Annotated[Float, Field(gt=0)] = 1.0  # relative to the content channel's 1
+    layers: Positive = 2
+    dim: Positive = 256  # indicator width: exact one-hot up to dim seeds, a projection beyond
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class BootstrapConfig:
     """Confident matches made extra anchors for a few rounds (:func:`tfgm_dist.auto.prepare`)."""
 
-    rounds: int = 0  # at most; 0: off
-
-    def __post_init__(self) -> None:
-        _at_least("rounds", self.rounds, 0)
+    rounds: Count = 0  # at most; 0: off
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class AssignConfig:
-    method: str = "argmax"
-    one_to_one: str = "auto"  # auto: Hungarian when the dense matrix is small, else sparse
-    dense_max_nodes: int = 5000  # dense Hungarian up to dense_max_nodes ** 2 cells
-    min_confidence: float = 0.0  # sources whose match is less confident are not written
-
-    def __post_init__(self) -> None:
-        _choice("method", self.method, ASSIGN_METHODS)
-        if not 0 <= self.min_confidence <= 1:
-            raise ValueError(f"min_confidence = {self.min_confidence} is out of range "
-                             "(must be in [0, 1])")
-        _choice("one_to_one", self.one_to_one, ONE_TO_ONE_SOLVERS)
-        _at_least("dense_max_nodes", self.dense_max_nodes, 0)
+    method: AssignMethod = "argmax"
+    one_to_one: OneToOneSolver = "auto"  # auto: Hungarian when the dense matrix is small
+    dense_max_nodes: Count = 5000  # dense Hungarian up to dense_max_nodes ** 2 cells
+    min_confidence: Share = 0.0  # sources whose match is less confident are not written
 
 
-INPUT_FORMATS = ("", "edgelist", "triples", "gw", "parquet")
-OUT_FORMATS = ("parquet", "delta")
-JOB_PATHS = ("source", "target", "out", "seeds", "gold", "candidates", "queries", "output_root")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class JobConfig:
     """What to align and where to put it; the command line's arguments override these."""
 
-    source: str = ""
-    target: str = ""
-    out: str = ""
-    format: str = ""  # "": from the extension
-    columns: str = ""  # the Parquet layout's columns under other names: "src=from,dst=to,id=user"
-    seeds: str = ""  # "": none (likewise gold, candidates, queries)
-    gold: str = ""
-    candidates: str = ""
-    queries: str = ""
-    overwrite: bool = False
-    output_root: str = ""  # when set, out must lie inside this folder (or URI prefix)
+    source: Str = ""
+    target: Str = ""
+    out: Str = ""
+    format: InputFormat = ""  # "": from the extension
+    columns: Str = ""  # the Parquet layout's columns under other names: "src=from,dst=to,id=user"
+    seeds: Str = ""  # "": none (likewise gold, candidates, queries)
+    gold: Str = ""
+    candidates: Str = ""
+    queries: Str = ""
+    overwrite: Bool = False
+    output_root: Str = ""  # when set, out must lie inside this folder (or URI prefix)
     # "parquet": OUT is one run's folder; "delta": OUT is a Delta Lake table of dated runs
-    out_format: str = "parquet"
-    run_date: str = ""  # YYYY-MM-DD, the Delta partition a run replaces; "": today (UTC)
+    out_format: OutFormat = "parquet"
+    run_date: Str = ""  # YYYY-MM-DD, the Delta partition a run replaces; "": today (UTC)
 
     def __post_init__(self) -> None:
-        _choice("format", self.format, INPUT_FORMATS)
-        _choice("out_format", self.out_format, OUT_FORMATS)
         column_names(self.columns)  # raises on a malformed mapping
         if self.run_date:
             try:
@@ -198,35 +171,25 @@ class JobConfig:
                              "replaces its run date's partition, and other dates stay")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class RayConfig:
     """Where and how wide the distributed run is."""
 
     # P actors, each holding 1/P of what is searched: for align also 1/P of each graph to
     # embed, for align-supervised 1/P of the collection's labelled nodes; 0: see cli / jobs.align
-    partitions: int = 0
-    address: str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
-
-    def __post_init__(self) -> None:
-        _at_least("partitions", self.partitions, 0)
+    partitions: Count = 0
+    address: Str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
 
 
-SUPERVISED_MATCHES = ("argmax", "one-to-one")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class SupervisedConfig:
     """The kNN label features of supervised TFGMws (``align-supervised``)."""
 
-    k: int = 10  # collection graphs whose matched node votes its label into k_i (paper: 10)
-    match: str = "argmax"  # a query node's match in each collection graph: best hit or 1:1
-
-    def __post_init__(self) -> None:
-        _at_least("k", self.k, 1)
-        _choice("match", self.match, SUPERVISED_MATCHES)
+    k: Positive = 10  # collection graphs whose matched node votes its label into k_i (paper: 10)
+    match: SupervisedMatch = "argmax"  # a query node's match in each collection graph
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class Config:
     """Every setting of a run.
 
@@ -235,9 +198,9 @@ class Config:
     the automatic choices never touch.
     """
 
-    seed: int = 0
-    top_k: int = 1  # rows written per source
-    auto: bool = True
+    seed: Annotated[Count, Field(lt=2**63)] = 0  # torch and numpy take 64-bit seeds
+    top_k: Positive = 1  # rows written per source
+    auto: Bool = True
     explicit: tuple[str, ...] = ()
     features: FeatureConfig = field(default_factory=FeatureConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
@@ -251,9 +214,6 @@ class Config:
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.seed < 2**63:  # torch and numpy take 64-bit seeds
-            raise ValueError(f"seed = {self.seed} is out of range (must be in [0, 2^63))")
-        _at_least("top_k", self.top_k, 1)
         if self.top_k > self.search.k:
             raise ValueError(f"top_k = {self.top_k} exceeds search.k = {self.search.k}")
 
@@ -265,41 +225,51 @@ class Config:
         return any(k == key or k.startswith(key + ".") for k in self.explicit)
 
 
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{key} = {value!r} is not one of {', '.join(choices)}")
+@functools.cache
+def _validator() -> TypeAdapter:
+    return TypeAdapter(Config)
 
 
-def _at_least(key: str, value: int, low: int) -> None:
-    if value < low:
-        raise ValueError(f"{key} = {value} is out of range (must be >= {low})")
+# pydantic's error types, in the words of the one-line message
+_TYPES = {"int_type": "int", "bool_type": "bool", "float_type": "float", "string_type": "str",
+          "dataclass_type": "a table", "finite_number": "a finite float"}
 
 
-def _build(cls: type, data: dict[str, Any], where: str, prefix: str = "") -> Any:
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: section {prefix.rstrip('.') or '<top>'} must be a table")
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names or cls is Config and key == "explicit":
-            raise InputError(f"{where}: unknown key {prefix}{key} "
-                             f"(known: {', '.join(sorted(names))})")
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, value, where, f"{prefix}{key}.")
-        elif hint is bool and not isinstance(value, bool) or \
-                hint is int and (isinstance(value, bool) or not isinstance(value, int)) or \
-                hint is str and not isinstance(value, str) or \
-                hint is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise InputError(f"{where}: {prefix}{key} must be {hint.__name__}, "
-                             f"got {value!r}")
-        else:
-            kwargs[key] = float(value) if hint is float else value
+def _build(data: dict[str, Any], where: str) -> Config:
+    """``data`` (nested dicts) validated into a :class:`Config`; the first error as one line
+    naming ``where`` and the dotted key."""
     try:
-        return cls(**kwargs)
-    except ValueError as e:  # every section validates itself; its messages start with the key
-        raise InputError(f"{where}: {prefix}{e}") from None
+        return _validator().validate_python(data)
+    except ValidationError as e:
+        raise InputError(f"{where}: {_describe(e.errors()[0])}") from None
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """One pydantic error as ``key …``: the dotted key first, then what is wrong with it."""
+    loc = [str(part) for part in error["loc"]]
+    key, kind, value = ".".join(loc), error["type"], error["input"]
+    if kind == "unexpected_keyword_argument":
+        section = _section(loc[:-1])
+        known = ", ".join(f.name for f in dataclasses.fields(section) if f.name != "explicit")
+        return f"unknown key {key} (known: {known})"
+    if kind in _TYPES:
+        return (f"section {key} must be a table" if kind == "dataclass_type" else
+                f"{key} must be {_TYPES[kind]}, got {value!r}")
+    if kind == "literal_error":
+        choices = get_args(get_type_hints(_section(loc[:-1]))[loc[-1]])
+        return f"{key} = {value!r} is not one of {', '.join(choices)}"
+    if kind == "value_error":  # a cross-key rule of the section: its message names the key
+        message = str(error["ctx"]["error"])
+        return ".".join(loc + [message]) if loc else message
+    return f"{key} = {value!r} is out of range ({error['msg'][0].lower()}{error['msg'][1:]})"
+
+
+def _section(loc: list[str]) -> type:
+    """The dataclass of the section at ``loc`` (``[]``: :class:`Config`)."""
+    cls: type = Config
+    for name in loc:
+        cls = get_type_hints(cls)[name]
+    return cls
 
 
 def from_dict(data: dict[str, Any], where: str = "config") -> Config:
@@ -311,7 +281,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> Config:
         raise InputError(f"{where}: the config must be a table")
     given = data.get("explicit")
     data = {k: v for k, v in data.items() if k != "explicit"}
-    cfg = _build(Config, data, where)
+    cfg = _build(data, where)
     keys = set(given) if given is not None else set(_dotted(data))
     return replace(cfg, explicit=tuple(sorted(keys)))
 
@@ -403,5 +373,5 @@ def with_overrides(cfg: Config, **overrides: Any) -> Config:
         if not isinstance(node, dict):
             raise InputError(f"command line: unknown setting {dotted}")
         node[last] = value
-    cfg = _build(Config, data, "command line")
+    cfg = _build(data, "command line")
     return replace(cfg, explicit=tuple(sorted(set(explicit) | set(overrides))))
