@@ -237,3 +237,23 @@ def test_a_full_disk_is_one_error_line_naming_the_file_exit_1(tmp_path, capsys, 
                      "--out-format", out_format]) == 0
     assert "resume" in json.loads(capsys.readouterr().out)["seconds"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.txt", "out"]
+
+
+def test_an_output_folder_that_cannot_be_written_is_one_error_line_naming_it(tmp_path, capsys):
+    """A parent folder refusing new files (sysfs refuses them even to root, where a read-only
+    chmod would not stop this test's user): one line naming the path, exit 1, no traceback."""
+    if not Path("/sys").is_dir():
+        pytest.skip("no /sys (not Linux): no folder this user cannot write to")
+    try:
+        (Path("/sys") / "tfgm-probe").touch()
+    except OSError:
+        pass
+    else:
+        pytest.skip("/sys accepts new files here: no folder this user cannot write to")
+    g = write(tmp_path / "g.txt", EDGES)
+    code = cli.main(["-q", "align", str(g), str(g), "--out", "/sys/tfgm-out"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: /sys/")
+    assert "Permission denied" in err[0] or "Read-only file system" in err[0]
+    assert list(tmp_path.iterdir()) == [g]
