@@ -35,6 +35,7 @@ def with_config(name: str, text: str):
     """A case aligning the good graph with itself under config file ``name`` holding ``text``."""
     return lambda d: (d / "g.txt", d / "g.txt", ["--config", write(d / name, text)])
 
+
 # name: (make inputs in folder d -> (source, target, extra args), words the error names)
 CASES = {
     "missing file": (lambda d: (d / "absent.txt", d / "g.txt", []),
