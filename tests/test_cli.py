@@ -223,8 +223,6 @@ def test_seeds_do_not_hurt_and_seed_sources_are_not_output(synth, gold, tmp_path
     assert metrics_of(tmp_path / "all-gold")["accuracy"] == seeded["accuracy"]
 
 
-
-
 def test_candidates_restrict_every_output_target(synth, gold, tmp_path):
     rng = np.random.default_rng(0)
     targets = gold.column(1).to_pylist()

@@ -21,10 +21,9 @@ def pair(tmp_path_factory):
 
 
 def job(pair, out, **job) -> Config:
-    settings = {f"job.{k}": v for k, v in {"source": str(pair["source"]),
-                                            "target": str(pair["target"]),
-                                            "gold": str(pair["gold"]), "out": str(out),
-                                            **job}.items()}
+    given = {"source": str(pair["source"]), "target": str(pair["target"]),
+             "gold": str(pair["gold"]), "out": str(out), **job}
+    settings = {f"job.{k}": v for k, v in given.items()}
     return with_overrides(Config(), **settings, **{"bootstrap.rounds": 0})
 
 

@@ -22,8 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 YEAST = ROOT.parent / "shared" / "data" / "yeast_ppi"
 
 
-
-
 def rows(out: Path):
     """The written dataset in a canonical order, and its manifest."""
     table = ds.dataset(out / "matches", format="parquet").to_table()
@@ -134,7 +132,8 @@ def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path, 
     assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold", "seeds"}
 
 
-def test_the_scale_config_tunes_nprobe_on_the_merged_shards_and_p_1_equals_one_process(cluster, tmp_path):
+def test_the_scale_config_tunes_nprobe_on_the_merged_shards_and_p_1_equals_one_process(
+        cluster, tmp_path):
     data = write_pair(tmp_path / "data", 4000, seed=5)
     base = load_config(ROOT / "jobs" / "configs" / "synthetic.toml")
     assert base.search.index == "ivfpq" and base.assign.method == "one-to-one"
@@ -153,8 +152,8 @@ def test_the_scale_config_tunes_nprobe_on_the_merged_shards_and_p_1_equals_one_p
 # Flaky (2 of about 10 full runs on 2026-11-24: once failed and took pytest down, once the
 # driver waited forever after the kill): in the slow set until the restart is made reliable.
 @pytest.mark.slow
-def test_an_actor_killed_mid_embedding_is_restarted_and_the_output_is_identical(cluster,
-                                                                               tmp_path):
+def test_an_actor_killed_mid_embedding_is_restarted_and_the_output_is_identical(
+        cluster, tmp_path):
     data = write_pair(tmp_path / "data", 1500, seed=5)
     base = from_toml("""
         [embed]

@@ -124,11 +124,9 @@ def test_a_dense_hungarian_too_big_for_memory_is_refused_naming_the_sparse_solve
                                       "job.target": str(pair["target"]),
                                       "job.out": str(tmp_path / "out")})
     with pytest.raises(InputError, match=r"needs a dense 1500 x 1500 matrix \(0\.0 GiB, limit "
-                                        r"0\.0 GiB.*use assign\.one_to_one = 'sparse'"):
+                       r"0\.0 GiB.*use assign\.one_to_one = 'sparse'"):
         run_job(cfg)
     assert list(tmp_path.iterdir()) == []
-
-
 
 
 @pytest.mark.slow

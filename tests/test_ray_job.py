@@ -122,13 +122,14 @@ def test_a_worker_node_lost_mid_job_leaves_the_output_identical(tmp_path):
         for step in ("start", "join"):
             r = subprocess.run([str(LOCAL), step], env=env, capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
+        env = json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}})
         submitted = ray_cli("job", "submit", "--address", address, "--no-wait",
-                            "--runtime-env-json", json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}}),
-                            "--", "python", "-m", "jobs.align", str(config))
+                            "--runtime-env-json", env, "--", "python", "-m", "jobs.align",
+                            str(config))
         job_id = re.search(r"raysubmit_\w+", submitted).group(0)
         deadline = time.time() + 600
-        while "search forward: part 2/2" not in ray_cli("job", "logs", "--address", address,
-                                                         job_id):
+        logs = ("job", "logs", "--address", address, job_id)
+        while "search forward: part 2/2" not in ray_cli(*logs):
             assert time.time() < deadline, "the job never reached the search stage"
             time.sleep(0.5)
         assert "running" in ray_cli("job", "status", "--address", address, job_id).lower()

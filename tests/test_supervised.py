@@ -55,11 +55,11 @@ def collection_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "coll"
     folder.mkdir()
     write_edges(folder / "a.tsv", RING)
-    write_labels(folder / "a.labels", [("n0", "head"), ("n1", "tail"), ("n2", "wing"),
-                                        ("n3", "beak")])
+    write_labels(folder / "a.labels",
+                 [("n0", "head"), ("n1", "tail"), ("n2", "wing"), ("n3", "beak")])
     write_edges(folder / "b.txt", RING[:4])
-    write_labels(folder / "b.labels", [("n3", "head"), ("n2", "tail"), ("n1", "wing"),
-                                        ("n0", "eye")])
+    write_labels(folder / "b.labels",
+                 [("n3", "head"), ("n2", "tail"), ("n1", "wing"), ("n0", "eye")])
     (folder / "c").mkdir()
     pq.write_table(pa.table({"src": [10, 11], "dst": [11, 12]}), folder / "c" / "edges.parquet")
     pq.write_table(pa.table({"id": [10, 11, 12], "label": [7, 8, 9]}),
@@ -341,8 +341,8 @@ def test_cli_bad_label_file_exits_2_and_writes_nothing(labelled_task, tmp_path, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
-def test_the_knn_sharded_over_ray_actors_gives_the_same_matches(cluster, labelled_task,
-                                                                 tmp_path):
+def test_the_knn_sharded_over_ray_actors_gives_the_same_matches(
+        cluster, labelled_task, tmp_path):
     """``--partitions 3``: the labelled nodes in three FAISS shards on a real local Ray
     cluster; the merged top-k equals one index's, so the rows are the same."""
     from tfgm_dist.distributed import ShardedIndex

@@ -67,7 +67,8 @@ def align(source: GraphInput, target: GraphInput, *, seeds: Any = None,
 
 
 def _dotted(settings: dict[str, Any]) -> dict[str, Any]:
-    """``{"assign": {"method": "argmax"}, "top_k": 5}`` as ``{"assign.method": ..., "top_k": 5}``."""
+    """``{"assign": {"method": "argmax"}, "top_k": 5}`` as
+    ``{"assign.method": "argmax", "top_k": 5}``."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
         if isinstance(value, dict):

@@ -52,6 +52,7 @@ ANCHOR_LAYERS = (1, 2, 3, 4)
 # for 2), but after refinement 2 layers are better on both (Hits@1 94.6 / 98.7 against
 # 94.3 / 98.8 1:1 95.4 / 99.3 against 95.1 / 99.1); 4 never ranked first.
 CONTENT_LAYERS = (2, 3)
+Pairs = tuple[np.ndarray, np.ndarray]  # known or held-out pairs: (source, target numbers)
 
 
 def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
@@ -117,9 +118,8 @@ def _apply(cfg: Config, values: dict[str, Any]) -> Config:
     return replace(with_overrides(cfg, **values), explicit=cfg.explicit)
 
 
-def split_seeds(seeds: tuple[np.ndarray, np.ndarray], seed: int,
-                share: float = HELD_OUT_SHARE) -> tuple[tuple[np.ndarray, np.ndarray],
-                                                         tuple[np.ndarray, np.ndarray]] | None:
+def split_seeds(seeds: Pairs, seed: int, share: float = HELD_OUT_SHARE
+                ) -> tuple[Pairs, Pairs] | None:
     """Seed pairs cut into ``(kept, held_out)``: a seeded sample of ``share`` of them (at
     least one) held out, the rest kept; ``None`` with fewer than 2 pairs. Deterministic in
     ``seed`` and the pairs' order in the file, so reruns estimate on the same pairs."""
