@@ -197,3 +197,34 @@ def test_one_to_one_rejects_bad_arguments():
         one_to_one(c, 1, method="hungarian")
     with pytest.raises(ValueError, match=r"expected \(1, 1\)"):
         one_to_one(c, 1, dense_scores=torch.zeros(2, 1))
+
+
+def test_polish_recovers_a_permuted_graph_from_a_start_with_swaps_and_keeps_the_seeds():
+    import pyarrow as pa
+
+    from tfgm_dist.assign import polish
+    from tfgm_dist.graph import Graph
+    rng = np.random.default_rng(0)
+    n = 40
+    upper = np.triu(rng.random((n, n)) < 0.15, 1)
+    u, v = np.nonzero(upper)
+    truth = rng.permutation(n)  # source i is target truth[i]
+    source = Graph(ids=pa.array(np.arange(n)), edge_index=torch.tensor(np.stack([u, v])))
+    # the target has two isolated nodes more: the source is padded to match
+    target = Graph(ids=pa.array(np.arange(n + 2)),
+                   edge_index=torch.tensor(np.stack([truth[u], truth[v]])))
+    start = truth.copy()
+    for a, b in [(3, 17), (8, 25), (30, 31)]:  # three swapped pairs: six rows wrong
+        start[a], start[b] = start[b], start[a]
+    seeds = (np.array([0, 1]), truth[[0, 1]])
+    rows = torch.arange(2, n)
+    moved = polish(torch.from_numpy(start[2:]), rows, source, target, fixed=seeds)
+    assert torch.equal(moved, torch.from_numpy(truth[2:]))
+    # a wrong pair that is fixed stays as given: the seeds are not moved
+    wrong = (np.array([3]), np.array([start[3]]))
+    rows = torch.tensor([i for i in range(n) if i != 3])
+    moved = polish(torch.from_numpy(start[rows.numpy()]), rows, source, target, fixed=wrong)
+    assert not np.isin(start[3], moved.numpy())
+    with pytest.raises(ValueError, match="at most"):
+        big = Graph(ids=pa.array(np.arange(3000)), edge_index=torch.tensor([[0], [1]]))
+        polish(torch.tensor([1]), torch.tensor([0]), big, big)

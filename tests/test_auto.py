@@ -11,6 +11,7 @@ import torch
 
 from tfgm_dist import auto, cli, estimate, features, pipeline
 from tfgm_dist.config import Config, from_dict
+from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 from tfgm_dist.stopwatch import Stopwatch
 from tfgm_dist.synth import write_pair
@@ -48,7 +49,16 @@ def test_settle_chooses_the_content_channel_and_its_depth_from_the_input(kind, e
     assert cfg.embed.layers == layers
     assert cfg.assign.method == "one-to-one" and cfg.refine.enabled
     assert not cfg.anchors.enabled  # no seeds
-    assert set(report["why"]) >= {"embed", "search", "refine", "assign"}
+    assert set(report["why"]) >= {"embed", "search", "refine", "assign", "polish"}
+    assert cfg.assign.polish == kind.startswith("degree")  # the edges move featureless pairs
+
+
+def test_settle_polishes_small_featureless_pairs_only():
+    n = auto.assign.POLISH_MAX_NODES + 1
+    big = pipeline.Pair(ring(n), ring(n))
+    assert not auto.settle(big, Config())[0].assign.polish
+    restricted = pipeline.Pair(ring(50), ring(50), candidates=np.arange(25))
+    assert not auto.settle(restricted, Config())[0].assign.polish
 
 
 def test_settle_adds_anchors_with_seeds_and_never_overrides_what_the_user_set():
@@ -57,6 +67,7 @@ def test_settle_adds_anchors_with_seeds_and_never_overrides_what_the_user_set():
                                                {"method": "argmax"}}))
     assert cfg.anchors.enabled
     assert cfg.embed.layers == 4 and cfg.assign.method == "argmax"
+    assert not cfg.assign.polish  # it moves a one-to-one matching only
     assert report["kept_from_user"] == ["assign.method", "embed.layers"]
     assert cfg.explicit == ("assign.method", "embed.layers")  # choices are not the user's
     off = from_dict({"auto": False})
@@ -213,19 +224,24 @@ def test_hints_build_the_anchor_channel_but_stay_output_rows_and_targets():
 
 @pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
                     "the repository")
-def test_bootstrapping_lifts_yeast_at_25_percent_noise_without_seeds():
+def test_bootstrapping_or_the_polish_lifts_yeast_at_25_percent_noise_without_seeds():
     from tfgm_dist.load import load_graph
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
     pair = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast25_Y2H1.txt", Config())
     pair = pipeline.Pair(pair.source, pair.target,
                          gold=(np.arange(src.num_nodes), pair.target.index_of(src.ids, "gold")))
-    boot = auto.align(pair, Config())
-    plain = auto.align(pair, from_dict({"bootstrap": {"rounds": 0}}))
+    boot = auto.align(pair, from_dict({"bootstrap": {"rounds": 1}, "assign": {"polish": False}}))
+    plain = auto.align(pair, from_dict({"bootstrap": {"rounds": 0}, "assign": {"polish": False}}))
     report = boot.metrics["auto"]["bootstrap"]
     assert report["hints"] > 100 and report["selected"]["anchors"] != "off"
     assert "bootstrap" not in plain.metrics["auto"]
     assert boot.metrics["accuracy"] >= plain.metrics["accuracy"] + 0.03  # measured: +7 to +9
     assert boot.rows.numel() == plain.rows.numel() == src.num_nodes  # hinted rows are output
+    # the default: the polish, which makes the bootstrapping pass unnecessary
+    default = auto.align(pair, Config())
+    assert default.metrics["auto"]["chosen"]["assign.polish"]
+    assert "bootstrap" not in default.metrics["auto"]
+    assert default.metrics["accuracy"] >= plain.metrics["accuracy"] + 0.03  # measured: +6
 
 
 def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_improves(
@@ -244,6 +260,25 @@ def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_
         assert final.hints is None
     unset, _, _ = auto.prepare(seeded_pair, Config(), Stopwatch())
     assert unset.hints is None  # with seeds, off unless asked for
+
+
+def test_with_seeds_the_polish_is_kept_only_if_the_held_out_seeds_gain():
+    from tfgm_dist.load import load_graph
+    src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+    pair = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast25_Y2H1.txt", Config())
+    truth = pair.target.index_of(src.ids, "gold")
+    seeded = pipeline.Pair(pair.source, pair.target, seeds=(np.arange(200), truth[:200]))
+    _, cfg, prepared = auto.prepare(seeded, Config(), Stopwatch())
+    report = prepared.report["polish"]
+    held = report["held_out_hits@1"]
+    assert report["kept"] == (held["polished"] > held["decoded"]) == cfg.assign.polish
+    assert prepared.estimate["hits@1"] == max(held.values())
+    _, user, prepared = auto.prepare(seeded, from_dict({"assign": {"polish": True}}),
+                                     Stopwatch())
+    assert user.assign.polish and "polish" not in prepared.report  # the user's stays
+    with pytest.raises(InputError, match=r"assign\.polish = true needs assign\.method"):
+        auto.prepare(seeded, from_dict({"assign": {"polish": True, "method": "argmax"}}),
+                     Stopwatch())
 
 
 # ---------------------------------------------------------------------------------------------

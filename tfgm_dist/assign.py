@@ -15,14 +15,17 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+import numpy as np
+import scipy.sparse as sp
 import torch
-from scipy.optimize import linear_sum_assignment
+from scipy.optimize import linear_sum_assignment, quadratic_assignment
 
 from .config import AssignConfig
 from .errors import InputError
 from .search import Candidates
 
 if TYPE_CHECKING:
+    from .graph import Graph
     from .pipeline import Scored
 
 log = logging.getLogger(__name__)
@@ -295,3 +298,64 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
                          method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
     match_score = torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
     return matched, match_score
+
+
+POLISH_MAX_NODES = 2_000  # dense n x n products and a LAP per step: ~1 s a step at 2,000
+# FAQ steps: on yeast at 20-25 % noise (3 runs each) 10 steps gained what 30 did (+3.3, +6.1)
+POLISH_STEPS = 10
+
+
+def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Graph,
+           fixed: tuple[np.ndarray, np.ndarray] | None = None,
+           steps: int = POLISH_STEPS) -> torch.Tensor:
+    """The one-to-one matching ``matched`` (targets of ``rows``) moved to keep more edges.
+
+    Graph matching as the quadratic assignment problem :math:`\\max_P \\operatorname{tr}(A_s P
+    A_t P^\\top)` over permutations (the edges both graphs keep under the matching), solved
+    approximately by FAQ (Vogelstein et al., 2015: Frank-Wolfe on the doubly stochastic
+    relaxation, projected by a LAP), ``scipy.optimize.quadratic_assignment``. It starts from
+    the decoded matching (mixed with a tenth of the barycentre, so that the first step can
+    leave it) and keeps the ``fixed`` pairs (seeds) in place; the smaller graph is padded
+    with isolated nodes. Scores decide the start, the edges the end: on yeast at 5-25 %
+    noise it lifted node correctness by 0.4 / 0.8 / 1.3 / 3.3 / 6.1 points (3 runs each),
+    and it never reads features, so it suits featureless graphs. Dense: ``O(n^2)`` memory,
+    for pairs up to :data:`POLISH_MAX_NODES` nodes. Returns ``[len(rows)]`` targets, ``-1``
+    where a row lands on padding.
+    """
+    n_s, n_t = source.num_nodes, target.num_nodes
+    n = max(n_s, n_t)
+    if n > POLISH_MAX_NODES:
+        raise ValueError(f"polish holds dense {n} x {n} matrices: at most "
+                         f"{POLISH_MAX_NODES} nodes")
+    a_s, a_t = (_adjacency(g.edge_index.numpy(), n) for g in (source, target))
+    seeds = (np.empty((0, 2), dtype=np.int64) if fixed is None else
+             np.stack([np.asarray(fixed[0]), np.asarray(fixed[1])], 1).astype(np.int64))
+    free_s = np.setdiff1d(np.arange(n), seeds[:, 0])
+    free_t = np.setdiff1d(np.arange(n), seeds[:, 1])
+    if free_s.size < 2:
+        return matched
+    start = np.full(n, -1)
+    start[rows.numpy()] = matched.numpy()
+    start[seeds[:, 0]] = -1
+    taken = np.zeros(n, dtype=bool)
+    taken[start[start >= 0]] = True
+    taken[seeds[:, 1]] = True
+    open_s = free_s[start[free_s] < 0]
+    start[open_s] = np.flatnonzero(~taken)[:open_s.size]  # the rest, in order
+    column = np.full(n, -1)
+    column[free_t] = np.arange(free_t.size)
+    p0 = np.full((free_s.size, free_t.size), 0.1 / free_s.size)
+    p0[np.arange(free_s.size), column[start[free_s]]] += 0.9
+    res = quadratic_assignment(a_s, a_t, method="faq", options={
+        "P0": p0, "partial_match": seeds, "maximize": True, "maxiter": steps})
+    picked = torch.from_numpy(res.col_ind[rows.numpy()].astype(np.int64))
+    return torch.where(picked < n_t, picked, -1)
+
+
+def _adjacency(edge_index: np.ndarray, n: int) -> np.ndarray:
+    """The dense 0/1 symmetric adjacency of ``edge_index`` padded to ``n`` nodes, without
+    self-loops (a node kept by the matching is not an edge kept)."""
+    u, v = edge_index
+    keep = u != v
+    a = sp.coo_matrix((np.ones(int(keep.sum())), (u[keep], v[keep])), shape=(n, n)).toarray()
+    return np.minimum(a + a.T, 1.0)

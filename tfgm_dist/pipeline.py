@@ -302,6 +302,8 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
     """The assign stage, and the metrics when gold pairs are given."""
     with watch.stage("assign"):
         matched, match_score = assign.decode(scored, cfg.assign)
+        if cfg.assign.polish and cfg.assign.method == "one-to-one":
+            matched, match_score = polished(pair, scored, matched)
     mutual = None
     if scored.backward is not None:
         back = assign.argmax(scored.backward)
@@ -314,6 +316,30 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
     if scored.search:
         result.metrics["search"] = scored.search
     return result
+
+
+def polished(pair: Pair, scored: Scored, matched: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`assign.polish` of the decoded ``matched``, the seeds fixed, and each row's
+    score at its new target: its candidate's, else what a dense decoding would give it (0
+    when refined, the embeddings' product otherwise; ``-inf``, the least confident, where
+    the embeddings were not gathered). A target that was not searched (``--candidates``)
+    leaves its row unmatched."""
+    moved = assign.polish(matched, scored.rows, pair.source, pair.target, pair.seeds)
+    allowed = torch.zeros(scored.num_targets, dtype=torch.bool)
+    allowed[torch.from_numpy(scored.targets)] = True
+    moved = torch.where((moved >= 0) & allowed[moved.clamp(min=0)], moved, -1)
+    c = scored.forward.take_rows(scored.rows)
+    on_list = c.index == moved[:, None]
+    listed = torch.where(on_list, c.scores, -torch.inf).max(1).values
+    if scored.refined:
+        off_list = torch.zeros_like(listed)
+    elif scored.o_s is not None:
+        off_list = (scored.o_s[scored.rows] * scored.o_t[moved.clamp(min=0)]).sum(1)
+    else:
+        off_list = torch.full_like(listed, -torch.inf)
+    score = torch.where(on_list.any(1), listed, off_list)
+    return moved, torch.where(moved >= 0, score, -torch.inf)
 
 
 def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
