@@ -194,7 +194,11 @@ def test_calibration_fits_a_monotone_step_and_keeps_nan():
     fit = estimate.calibrate(margin, np.array([1, 0, 1, 1, 0, 0]), "held-out seeds")
     got = fit(torch.tensor([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, float("nan")]))
     assert torch.isnan(got[-1]) and bool((got[:-1].diff() >= 0).all())
-    assert float(got[0]) == 0.0 and float(got[5]) == 1.0
+    # steps of 1 wrong and 1 right, shrunk by Laplace's rule: 1/3 and 2/3, never 0 or 1
+    assert float(got[0]) == pytest.approx(1 / 3) and float(got[5]) == pytest.approx(2 / 3)
+    many = estimate.calibrate(torch.linspace(0, 1, 600), np.r_[np.zeros(300), np.ones(300)],
+                              "held-out seeds")
+    assert many(torch.tensor([1.0])).item() == pytest.approx(301 / 302)
 
 
 # ---------------------------------------------------------------------------------------------

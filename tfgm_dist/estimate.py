@@ -71,13 +71,25 @@ class Calibration:
 
 
 def calibrate(margin: torch.Tensor, label: np.ndarray, fitted_on: str) -> Calibration:
-    """The isotonic fit of ``label`` (0/1) on ``margin``; NaN margins are left out."""
+    """The isotonic fit of ``label`` (0/1) on ``margin``, each step's share shrunk by one
+    right and one wrong pseudo-observation (Laplace's rule: ``(right + 1) / (n + 2)``) and
+    made monotone again; NaN margins are left out.
+
+    The shrinking matters where few points are held out: a top step of 7 right of 7 (a pair
+    with 12 held-out seeds) says 0.89, not 1.0, and a step of 300 right of 300 still 0.997.
+    On the yeast copies with 12 held-out seeds the unshrunk fit put rows at 1.0 that were
+    right 70-75 % of the time."""
     m = margin.numpy()
     keep = ~np.isnan(m)
     order = np.argsort(m[keep], kind="stable")
     x, y = m[keep][order], label[keep][order].astype(np.float64)
-    value = isotonic_regression(y, increasing=True).x if y.size else y
-    return Calibration(x, np.clip(value, 0.0, 1.0), fitted_on)
+    if not y.size:
+        return Calibration(x, y, fitted_on)
+    steps = isotonic_regression(y, increasing=True)
+    size = steps.weights
+    shrunk = (steps.x[steps.blocks[:-1]] * size + 1.0) / (size + 2.0)
+    value = isotonic_regression(shrunk, weights=size, increasing=True).x
+    return Calibration(x, np.clip(np.repeat(value, np.diff(steps.blocks)), 0.0, 1.0), fitted_on)
 
 
 def proxy(result: Result, margin: torch.Tensor) -> dict[str, Any]:
