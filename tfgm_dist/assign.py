@@ -317,10 +317,11 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     the decoded matching (mixed with a tenth of the barycentre, so that the first step can
     leave it) and keeps the ``fixed`` pairs (seeds) in place; the smaller graph is padded
     with isolated nodes. Scores decide the start, the edges the end: on yeast at 5-25 %
-    noise it lifted node correctness by 0.4 / 0.8 / 1.3 / 3.3 / 6.1 points (3 runs each),
-    and it never reads features, so it suits featureless graphs. Dense: ``O(n^2)`` memory,
-    for pairs up to :data:`POLISH_MAX_NODES` nodes. Returns ``[len(rows)]`` targets, ``-1``
-    where a row lands on padding.
+    noise it lifted node correctness by 0.4 / 0.8 / 1.3 / 3.3 / 6.1 points (3 runs each).
+    It never reads features, so it suits featureless graphs only: on a yeast copy whose
+    nodes carry bags of words it took one-to-one accuracy from 93.6 to 61.6. Dense:
+    ``O(n^2)`` memory, for pairs up to :data:`POLISH_MAX_NODES` nodes. Returns
+    ``[len(rows)]`` targets, ``-1`` where a row lands on padding.
     """
     n_s, n_t = source.num_nodes, target.num_nodes
     n = max(n_s, n_t)
