@@ -108,3 +108,69 @@ def test_a_plain_output_folder_is_not_taken_for_a_delta_table(pair, tmp_path, ca
     code = cli.main(["-q", "align", str(pair["source"]), str(pair["target"]), "--out",
                      str(tmp_path / "t"), "--out-format", "delta"])
     assert code == 2 and "is not a Delta table" in capsys.readouterr().err
+
+
+KILLED_BEFORE_COMMIT = """
+import os, signal, sys, threading, time
+from pathlib import Path
+import deltalake, pyarrow as pa
+from tfgm_dist import cli
+
+real = deltalake.write_deltalake
+
+
+def killed_before_commit(table, data, **options):
+    # the real writer; once it has taken every row, a thread watches the table and kills
+    # the process (SIGKILL, no cleanup) as the run's data file appears: the transaction
+    # log entry comes a few milliseconds later, so it is never written
+    folder = Path(table)
+    before = set(folder.rglob("*.parquet"))
+
+    def watch():
+        while set(folder.rglob("*.parquet")) == before:
+            time.sleep(0.0002)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def batches():
+        yield from data
+        threading.Thread(target=watch, daemon=True).start()
+    return real(table, pa.RecordBatchReader.from_batches(data.schema, batches()), **options)
+
+
+deltalake.write_deltalake = killed_before_commit
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_run_killed_while_writing_the_table_leaves_the_last_version(pair, tmp_path):
+    """SIGKILL when the real Delta writer has written the run's data file and not yet
+    committed: the table stays at its last version with that version's rows (readers see
+    no part of the run), and the same date's rerun then commits over the debris.
+
+    The kill races the commit by a few milliseconds; a try where the commit wins must still
+    leave a whole run (a version more, the date holding one run of every row), and one of
+    five tries must land before the commit (each does about four times in five here)."""
+    import subprocess
+    import sys
+    table = tmp_path / "matches"
+    first = run_job(job(pair, table, out_format="delta", run_date="2026-11-21"))
+    args = ["-q", "align", str(pair["source"]), str(pair["target"]), "--out", str(table),
+            "--out-format", "delta", "--run-date", "2026-11-21", "--set", "bootstrap.rounds=0"]
+    for _ in range(5):
+        version, rows = DeltaTable(str(table)).version(), pl.read_delta(str(table))
+        files = set(table.rglob("*.parquet"))
+        died = subprocess.run([sys.executable, "-c", KILLED_BEFORE_COMMIT, *args],
+                              capture_output=True, timeout=300)
+        assert died.returncode == -9, died.stderr.decode()[-2000:]
+        assert len(set(table.rglob("*.parquet")) - files) == 1  # the killed run's data file
+        now = pl.read_delta(str(table))
+        if DeltaTable(str(table)).version() == version:
+            assert now.equals(rows)  # no part of the killed run is read
+            break
+        assert DeltaTable(str(table)).version() == version + 1  # the commit won: whole
+        assert now.height == first["rows"] and len(runs_per_date(now)["2026-11-21"]) == 1
+    else:
+        pytest.fail("in five tries the kill never landed between the data file and the commit")
+    rerun = run_job(job(pair, table, out_format="delta", run_date="2026-11-21"))
+    assert rerun["delta_version"] == version + 1
+    assert runs_per_date(pl.read_delta(str(table))) == {"2026-11-21": [rerun["run_id"]]}
