@@ -122,9 +122,9 @@ def test_a_worker_node_lost_mid_job_leaves_the_output_identical(tmp_path):
         for step in ("start", "join"):
             r = subprocess.run([str(LOCAL), step], env=env, capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
-        env = json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}})
+        runtime = json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}})
         submitted = ray_cli("job", "submit", "--address", address, "--no-wait",
-                            "--runtime-env-json", env, "--", "python", "-m", "jobs.align",
+                            "--runtime-env-json", runtime, "--", "python", "-m", "jobs.align",
                             str(config))
         job_id = re.search(r"raysubmit_\w+", submitted).group(0)
         deadline = time.time() + 600
