@@ -277,9 +277,6 @@ def test_with_seeds_the_polish_is_kept_only_if_the_held_out_seeds_gain():
     held = report["held_out_hits@1"]
     assert report["kept"] == (held["polished"] > held["decoded"]) == cfg.assign.polish
     assert prepared.estimate["hits@1"] == max(held.values())
-    _, user, prepared = auto.prepare(seeded, from_dict({"assign": {"polish": True}}),
-                                     Stopwatch())
-    assert user.assign.polish and "polish" not in prepared.report  # the user's stays
     with pytest.raises(InputError, match=r"assign\.polish = true needs assign\.method"):
         auto.prepare(seeded, from_dict({"assign": {"polish": True, "method": "argmax"}}),
                      Stopwatch())

@@ -81,6 +81,9 @@ def test_partition_refuses_more_parts_than_nodes():
         partition(torch.tensor([[0, 1], [1, 2]]), 3, 4)
 
 
+# 40 s here: a long end-to-end run (.ci/run --all); the synthetic pairs below keep Ray equal to
+# one process in every run of the suite
+@pytest.mark.slow
 @pytest.mark.skipif(not YEAST.exists(), reason=f"benchmark data not found at {YEAST}")
 def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     """P = 2 here, 3 and 2 for the synthetic pairs with seeds below, 1 and 2 for the scale
