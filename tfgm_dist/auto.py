@@ -374,11 +374,11 @@ def _polish_if_better(trial: Pair, scored: pipeline.Scored, cfg: Config, polishe
     plain_cfg = _apply(cfg, {"assign.polish": False})
     plain = pipeline.conclude(trial, scored, plain_cfg, Stopwatch())
     with_it, without = (estimate.held_out(r, held)["hits@1"] for r in (polished, plain))
-    report = {"held_out_hits@1": {"polished": with_it, "decoded": without},
-              "kept": with_it > without}
+    keep = with_it > without
+    report = {"held_out_hits@1": {"polished": with_it, "decoded": without}, "kept": keep}
     log.info("auto: polish %s (held-out Hits@1 %.3f polished, %.3f decoded)",
-             "kept" if with_it > without else "dropped", with_it, without)
-    return (cfg, polished, report) if with_it > without else (plain_cfg, plain, report)
+             "kept" if keep else "dropped", with_it, without)
+    return (cfg, polished, report) if keep else (plain_cfg, plain, report)
 
 
 def _hinted(pair: Pair, cfg: Config, hints: tuple[np.ndarray, np.ndarray] | None

@@ -175,13 +175,14 @@ def check_output(out: str | Path | Location, overwrite: bool, root: str = "",
     if info.type == pafs.FileType.File:
         raise InputError(f"{out}: output path exists and is not a folder")
     if info.type == pafs.FileType.Directory and out.listing(recursive=False):
-        if delta and (out / DELTA_LOG).info().type != pafs.FileType.Directory:
-            raise InputError(f"{out}: output folder is not empty and is not a Delta table; "
-                             "refusing to write into it")
-        if not delta and not _holds_run(out):
+        if delta:
+            if (out / DELTA_LOG).info().type != pafs.FileType.Directory:
+                raise InputError(f"{out}: output folder is not empty and is not a Delta "
+                                 "table; refusing to write into it")
+        elif not _holds_run(out):
             raise InputError(f"{out}: output folder is not empty and holds no tfgm-dist "
                              "result; refusing to write into it")
-        if not delta:
+        else:
             _refuse_replacing(out, overwrite)
     if out.local and not os.path.isdir(out.parent.path):
         raise InputError(f"{out.parent}: parent folder of the output does not exist")
