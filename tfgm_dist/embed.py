@@ -34,8 +34,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
 
 from .config import OPERATORS, EmbedConfig
 
@@ -59,6 +57,12 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     :math:`\\tilde{A} = A + I` when ``self_loops`` and :math:`A` otherwise. Edges are made
     undirected unless ``directed``.
     """
+    # Imported here: importing PyG takes 2.6 s of CPU (it loads torch._dynamo), measured on
+    # this 2-core machine, and every Ray worker that imports this module would pay it,
+    # although only the driver builds operators.
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+    from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
+
     if kind not in OPERATORS:
         raise ValueError(f"unknown operator {kind!r}; choose one of {OPERATORS}")
     if edge_weight is None:

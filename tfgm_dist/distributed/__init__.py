@@ -9,7 +9,7 @@ graphs then runs in Ray workers, and the driver hands them object references, no
   other part the slice of that part's rows in its halo, which that part returns as a separate
   object (:func:`graph_parts` plans who sends which rows to whom).
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
-  go through every shard, and one task per query part merges the per-shard top-k.
+  go through every shard, and each query part's own actor merges the per-shard top-k.
 - **refine, assign**: one task runs the single-process code on the merged candidates (both
   stages are global), and returns the result cut into the source parts.
 - **write**: one task per source part writes its rows as one file of the Parquet dataset.
@@ -47,7 +47,7 @@ from ..partition import partition
 from ..pipeline import Pair, channels, operators, plan, scale, search_options
 from ..search import IVF_KINDS, probe_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
-from .actors import (RESTARTS, PartWorker, ShardedIndex, finish, gathered_embedding, merge_top_k,
+from .actors import (RESTARTS, PartWorker, ShardedIndex, finish, gathered_embedding,
                      usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import graph_parts
@@ -125,7 +125,9 @@ class Run:
             self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
             # Held for the run: a restarted actor is rebuilt from these objects.
             self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
-            del per_graph
+            # for the refinement: built here once, not again in the finishing task
+            self.ops = ray.put(ops)
+            del per_graph, ops
         self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
         actors = dict(params=[layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans],
                       memory=self._actor_memory(chans))
@@ -188,7 +190,7 @@ class Run:
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
                 forward[1], None if backward is None else backward[0],
                 [] if backward is None else backward[1], embeddings, scale(self.chans),
-                self.prepared, resume)
+                self.ops, self.prepared, resume)
             metrics, finish_usage = ray.get(out[:2])
         self.usage += [*usage, finish_usage]
         return metrics, out[2:]
@@ -276,7 +278,7 @@ class Run:
                                                       qpart.position[nodes], base[p],
                                                       shard_rows[p], shard_ids[p], opts)
                         for p in shards]
-                merged.append(merge_top_k.remote(k, *hits))
+                merged.append(self.workers[q].merge.remote(k, *hits))
                 rows.append(nodes)
             log.info("search %s: part %d/%d, %d queries through %d shards", key, q + 1,
                      self.P, part.size, len(shards))
