@@ -29,6 +29,7 @@ longer than ``--timeout`` seconds (default 300) is stopped and reported as such.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -64,6 +65,8 @@ DEV_ATTRIBUTED = (
     ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(0.8, 0.25)]),
 )
 VOCABULARY, WORDS, WORD_DROP = 1000, 4, 0.25
+# the attributed pairs' bags, (vocabulary, words per node): 2 of 64 tell few nodes apart
+ATTRIBUTES = ((VOCABULARY, WORDS), (64, 2))
 DEV_SEED = 0  # rng seed of every development pair
 BLOCK_CELLS = 1 << 24  # scores held at once while ranking (gold rows x candidates): 128 MiB
 
@@ -288,7 +291,8 @@ def _noisy_bags(bags: np.ndarray, rng: np.random.Generator, drop: float = WORD_D
 
 def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
                  keep: float = 0.8, edge_drop: float = 0.1, seed_share: float = 0.2,
-                 attributed: bool = False) -> DevPair:
+                 attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS
+                 ) -> DevPair:
     """A development pair from one real graph: two independent noisy copies of it.
 
     Each copy is the subgraph induced by the nodes it keeps (each with probability ``keep``)
@@ -296,7 +300,8 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     is every node that has an edge in both copies; a random ``seed_share`` of it are the seeds,
     the rest the gold. ``edges`` is ``[E, 2]`` contiguous node numbers below ``num_nodes``;
     direction and repeated edges are ignored. ``attributed`` gives every node a bag of words
-    (:func:`bags_of_words`) and each copy its own noisy version of it (:func:`_noisy_bags`).
+    (:func:`bags_of_words`, ``words`` of ``vocabulary``) and each copy its own noisy version
+    of it (:func:`_noisy_bags`).
     """
     edges = _undirected(np.asarray(edges, np.int64))
     copy_a, present_a = _noisy_copy(edges, num_nodes, rng, keep, edge_drop)
@@ -308,7 +313,7 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     n_seeds = round(seed_share * len(pairs))
     if not attributed:
         return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:])
-    bags = bags_of_words(num_nodes, rng)
+    bags = bags_of_words(num_nodes, rng, vocabulary, words)
     nodes = [np.flatnonzero(present) for present in (present_a, present_b)]
     sides = [(id_x[kept], _noisy_bags(bags[kept], rng))
              for id_x, kept in zip((id_a, id_b), nodes)]
@@ -355,12 +360,14 @@ def shared_paths(name: str) -> dict[str, Path]:
 
 
 def build_dev_pair(graph: str, keep: float, edge_drop: float, folder: Path,
-                   attributed: bool = False) -> dict[str, Path]:
+                   attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS
+                   ) -> dict[str, Path]:
     """Write the development pair of ``graph`` (a path under DATA) with this noise."""
     from tfgm_dist.load import load_graph
     g = load_graph(DATA / graph)
     pair = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(DEV_SEED),
-                        keep=keep, edge_drop=edge_drop, attributed=attributed)
+                        keep=keep, edge_drop=edge_drop, attributed=attributed,
+                        vocabulary=vocabulary, words=words)
     return write_pair(pair, folder)
 
 
@@ -383,12 +390,13 @@ def run_baseline(paths: dict[str, Path]) -> dict:
             "seeds": len(seeds[0])}
 
 
-def run_tfgm(paths: dict[str, Path], out: Path, timeout_s: float) -> dict:
-    """``tfgm-dist -q align`` with only the inputs, in a new process; its metrics, or the
-    last line of its error."""
+def run_tfgm(paths: dict[str, Path], out: Path, timeout_s: float, seeds: bool = True
+             ) -> dict:
+    """``tfgm-dist -q align`` with only the inputs (``--seeds`` only if ``seeds``), in a new
+    process; its metrics, or the last line of its error."""
     command = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(paths["source"]),
-               str(paths["target"]), "--out", str(out), "--seeds", str(paths["seeds"]),
-               "--gold", str(paths["gold"])]
+               str(paths["target"]), "--out", str(out), "--gold", str(paths["gold"]),
+               *(["--seeds", str(paths["seeds"])] if seeds else [])]
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
@@ -426,12 +434,16 @@ def _tfgm_cells(m: dict, baseline_h1: float) -> str:
             f"{m['seconds']:.1f} | {ratio} | {fmt_reliability(m)}")
 
 
-def print_row(name: str, base: dict, tfgm: dict) -> None:
+def print_row(name: str, base: dict, tfgm: dict, seeds: bool = True) -> None:
+    """One row; without ``seeds`` tfgm-dist ran without them, and the RWR baseline, which
+    needs them, is left out (its cells "-")."""
     n_s, e_s, n_t, e_t = base["sizes"]
-    print(f"| {name} | {n_s:,} / {e_s:,} | {n_t:,} / {e_t:,} | {base['seeds']:,} | "
-          f"{base['evaluated']:,} | {base['ceiling']:.1f} | {base['hits@1']:.1f} | "
-          f"{base['hits@10']:.1f} | {base['mrr']:.3f} | {base['seconds']:.1f} | "
-          f"{_tfgm_cells(tfgm, base['hits@1'])} |",
+    rwr = (f"{base['hits@1']:.1f} | {base['hits@10']:.1f} | {base['mrr']:.3f} | "
+           f"{base['seconds']:.1f}" if seeds else "- | - | - | -")
+    ceiling = f"{base['ceiling']:.1f}" if seeds else "-"  # colours of the seed targets
+    print(f"| {name} | {n_s:,} / {e_s:,} | {n_t:,} / {e_t:,} | {base['seeds'] if seeds else 0:,} "
+          f"| {base['evaluated']:,} | {ceiling} | {rwr} | "
+          f"{_tfgm_cells(tfgm, base['hits@1'] if seeds else 0.0)} |",
           flush=True)
 
 
@@ -453,25 +465,34 @@ def bench_shared(selected: list[str], tmp: Path, timeout_s: float) -> None:
 def bench_dev(selected: list[str], tmp: Path, timeout_s: float, attributed: bool) -> None:
     if attributed:
         _print_header(f"Attributed development pairs: as below, and every node has a bag of "
-                      f"{WORDS} of {VOCABULARY} Zipf-distributed words, each copy dropping "
+                      f"w of v Zipf-distributed words (+wofvwords), each copy dropping "
                       f"each word with probability {WORD_DROP:g} and adding one at random; "
-                      f"the baseline adds the attribute cosine to the RWR cosine")
+                      f"the baseline adds the attribute cosine to the RWR cosine; the rows "
+                      f"'no seeds' ran tfgm-dist without --seeds (gold ranked against every "
+                      f"target)")
     else:
         _print_header(f"Development pairs: two noisy copies of one graph (keep = node kept "
                       f"per copy, drop = edge dropped per copy; 20 % of the true pairs are "
                       f"seeds; rng seed {DEV_SEED})")
+    bags = ATTRIBUTES if attributed else ((0, 0),)
     for graph, path, settings in DEV_ATTRIBUTED if attributed else DEV:
-        for keep, drop in settings:
-            name = f"{graph}/keep{keep:g}-drop{drop:g}" + ("+words" if attributed else "")
+        for (keep, drop), (vocabulary, words) in itertools.product(settings, bags):
+            name = (f"{graph}/keep{keep:g}-drop{drop:g}"
+                    + (f"+{words}of{vocabulary}words" if attributed else ""))
             if not _wanted(name, selected):
                 continue
             if not (DATA / path).exists():
                 print(f"| {name} | not found: {DATA / path} |", flush=True)
                 continue
             folder = name.replace("/", "-")
-            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, attributed)
-            print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / folder,
-                                                          timeout_s))
+            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, attributed,
+                                   vocabulary, words)
+            base = run_baseline(paths)
+            print_row(name, base, run_tfgm(paths, tmp / "out" / folder, timeout_s))
+            if attributed:
+                print_row(name + " no seeds", base,
+                          run_tfgm(paths, tmp / "out" / (folder + "-unseeded"), timeout_s,
+                                   seeds=False), seeds=False)
 
 
 def _wanted(name: str, selected: list[str]) -> bool:

@@ -80,8 +80,14 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         why["embed"] = "names: hashed character bigrams projected to 256, 3 layers"
     else:
         width = pair.source.features.size(1) if pair.source.features is not None else 0
-        chosen.update({"embed.layers": 2, "features.project_dim": 256 if width > 512 else 0})
+        chosen.update({"embed.layers": 2, "features.project_dim": 256 if width > 512 else 0,
+                       "structure.enabled": True})
         why["embed"] = "given vectors: 2 layers" + (", projected to 256" if width > 512 else "")
+        why["structure"] = ("given vectors: also propagated through 10 layers like a "
+                            "featureless graph, at weight 0.5, so that nodes whose vectors "
+                            "look alike are told apart by their neighbourhoods"
+                            + ("; kept if the held-out seeds rank better with it"
+                               if pair.seeds is not None else ""))
     chosen["features.kind"] = chosen.get("features.kind", kind)
     if pair.seeds is not None:
         chosen["anchors.enabled"] = True
@@ -160,22 +166,22 @@ def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray]) -> Pair:
 
 
 def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tuple[Config, dict]:
-    """The anchor channel's weight and depth, and with seeds the content channel's depth,
-    that rank the held-out seeds best.
+    """The anchor channel's weight and depth, with seeds the content channel's depth, and
+    whether the structure channel is kept, that rank the held-out seeds best.
 
     ``pair`` holds the kept seeds (or hints) only (:func:`estimation_pair`). Every candidate of
     :data:`ANCHOR_WEIGHTS` x :data:`ANCHOR_LAYERS`, and no anchors, is scored by the MRR
     (ties pessimistic) of the held-out sources among the searchable targets, for every depth
     of :data:`CONTENT_LAYERS` (names or vectors, seeds not hints: on DBP15k with seeds 2
     layers beat the settled 3 by 0.2-0.3 Hits@1 on every pair, without seeds 3 beat 2 by
-    0.3; the deep degree setting stays). Each channel is embedded once, at its deepest depth,
-    and shallower ones are its prefixes. Keys the user set stay as set."""
-    ac = cfg.anchors
+    0.3; the deep degree setting stays), with and without the structure channel when it is
+    on and seeds are known. Each channel is embedded once, at its deepest depth, and
+    shallower ones are its prefixes. Keys the user set stay as set."""
+    ac, sc, ec = cfg.anchors, cfg.structure, cfg.embed
     if not ac.enabled or cfg.is_set("anchors.weight") and cfg.is_set("anchors.layers"):
         return cfg, {}
     weights = (ac.weight,) if cfg.is_set("anchors.weight") else ANCHOR_WEIGHTS
     depths = (ac.layers,) if cfg.is_set("anchors.layers") else ANCHOR_LAYERS
-    ec = cfg.embed
     chosen_depth = (pair.seeds is not None and not cfg.is_set("embed.layers") and not ec.basic
                     and not feature_kind(pair, cfg).startswith("degree"))
     # the settled depth first: it wins a tie
@@ -184,35 +190,47 @@ def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tupl
     deepest = replace(cfg, embed=replace(ec, layers=max(content_depths)),
                       anchors=replace(ac, layers=max(depths), weight=1.0))
     chans = channels(pair, deepest)
-    content, anchor = chans[:-1], chans[-1]
+    content, structure, anchor = chans[0], chans[1:-1], chans[-1]
+    structures = ((True, False) if structure and pair.seeds is not None
+                  and not cfg.is_set("structure.enabled") else (bool(structure),))
     ops = operators(pair, cfg)
-    c_s, c_t = embeddings(content, ops, cfg.seed)
-    a_s, a_t = embeddings([anchor], ops, cfg.seed)
     targets = torch.from_numpy(plan(pair, cfg).targets)
     queries, truth = torch.from_numpy(held[0]), torch.from_numpy(held[1])
-    # one part per content depth and per anchor depth: a depth is a prefix of the blocks
-    # (the content's input block, if kept, then one per layer; the anchors' layers)
-    width, first = content[0].x_s.size(1), int(ec.include_input)
+    # one part per content depth, the structure channel's, one per anchor depth: a depth is
+    # a prefix of the blocks (the content's input block, if kept, then one per layer)
+    c_s, c_t = embeddings([content], ops, cfg.seed)
+    width, first = content.x_s.size(1), int(ec.include_input)
     parts = [_prefix(c_s, c_t, queries, targets, (first + d) * width) for d in content_depths]
+    if structure:
+        s_s, s_t = embeddings(structure, ops, cfg.seed)
+        parts.append(_prefix(s_s, s_t, queries, targets, s_s.size(1)))
+    a_s, a_t = embeddings([anchor], ops, cfg.seed)
     parts += [_prefix(a_s, a_t, queries, targets, l * anchor.x_s.size(1))
               for l in range(1, max(depths) + 1)]
     anchor_choices: list[tuple[float, int] | None] = (
         [] if cfg.is_set("anchors.enabled") else [None])
     anchor_choices += [(w, layers) for layers in depths for w in weights]
-    choices = [(d, a) for d in content_depths for a in anchor_choices]
-    mixes = [[float(d == c) for c in content_depths]
+    choices = [(d, st, a) for d in content_depths for st in structures for a in anchor_choices]
+    mixes = [[float(d == c) for c in content_depths] + ([float(st)] if structure else [])
              + [0.0 if a is None or l != a[1] else a[0] for l in range(1, max(depths) + 1)]
-             for d, a in choices]
+             for d, st, a in choices]
     scores = dict(zip(choices, held_out_mrr(parts, mixes, targets, truth)))
-    depth, best = max(scores, key=scores.get)  # the first of equals: settled depth, no anchors
-    report = {"anchors": _describe(best), "held_out_mrr": {
-        (f"{d} layers, " if chosen_depth else "") + _describe(a): round(v, 4)
-        for (d, a), v in scores.items()}}
+    # the first of equals: settled depth, structure as settled, no anchors
+    depth, kept, best = max(scores, key=scores.get)
+
+    def name(d: int, st: bool, a: tuple[float, int] | None) -> str:
+        return ((f"{d} layers, " if chosen_depth else "")
+                + (f"structure {'on' if st else 'off'}, " if len(structures) > 1 else "")
+                + _describe(a))
+
+    report = {"anchors": _describe(best),
+              "held_out_mrr": {name(*c): round(v, 4) for c, v in scores.items()}}
     if chosen_depth:
         report["embed_layers"] = depth
-    log.info("auto: %sanchors %s (held-out MRR %.3f)",
-             f"{depth} layers, " if chosen_depth else "", report["anchors"], scores[depth, best])
-    cfg = replace(cfg, embed=replace(ec, layers=depth))
+    if len(structures) > 1:
+        report["structure"] = kept
+    log.info("auto: %s (held-out MRR %.3f)", name(depth, kept, best), scores[depth, kept, best])
+    cfg = replace(cfg, embed=replace(ec, layers=depth), structure=replace(sc, enabled=kept))
     if best is None:
         return replace(cfg, anchors=replace(ac, enabled=False)), report
     return replace(cfg, anchors=replace(ac, weight=best[0], layers=best[1])), report

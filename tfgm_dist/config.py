@@ -120,6 +120,19 @@ class AnchorConfig:
 
 
 @dataclass(frozen=True, config=SECTION)
+class StructureConfig:
+    """The structure channel: the content features, projected to ``dim``, also propagated
+    through the featureless setting's deep layers (no input block, a random bias), so that
+    nodes whose features look alike are still told apart by their neighbourhoods."""
+
+    enabled: Bool = False
+    weight: Annotated[Float, Field(gt=0)] = 0.5  # relative to the content channel's 1
+    layers: Positive = 10
+    bias: Annotated[Float, Field(ge=0)] = 2.0
+    dim: Positive = 128
+
+
+@dataclass(frozen=True, config=SECTION)
 class BootstrapConfig:
     """Confident matches made extra anchors for a few rounds (:func:`tfgm_dist.auto.prepare`)."""
 
@@ -208,6 +221,7 @@ class Config:
     features: FeatureConfig = field(default_factory=FeatureConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     anchors: AnchorConfig = field(default_factory=AnchorConfig)
+    structure: StructureConfig = field(default_factory=StructureConfig)
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)

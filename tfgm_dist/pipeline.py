@@ -137,13 +137,22 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     ``cfg.anchors.weight``, propagated without its input block (a seed's own indicator says
     nothing about the other nodes). Hints are guesses and are not tied: that would make
     their own rows certain (measured on DBP15k zh_en without seeds with the two-channel
-    swap: 92.9 both ways, at twice the content width).
+    swap: 92.9 both ways, at twice the content width). When ``cfg.structure.enabled`` (names
+    or vectors), the structure channel between them: the content, projected to
+    ``cfg.structure.dim``, propagated through the featureless setting's deep layers.
     """
     x_s, x_t = input_features(pair, cfg)
     kind = feature_kind(pair, cfg)
     if pair.seeds is not None and not kind.startswith("degree"):
         x_s, x_t = features.tie_seeds(x_s, x_t, *(torch.from_numpy(a) for a in pair.seeds))
     out = [features.Channel(kind, x_s, x_t, cfg.embed)]
+    sc = cfg.structure
+    if sc.enabled and not kind.startswith("degree"):
+        if sc.dim < x_s.size(1):
+            x_s, x_t = features.random_projection([x_s, x_t], sc.dim, cfg.seed)
+        spec = replace(cfg.embed, layers=sc.layers, bias=sc.bias, include_input=False,
+                       basic=False)
+        out.append(features.Channel("structure", x_s, x_t, spec, sc.weight))
     anchored, ac = pair.anchored(), cfg.anchors
     if ac.enabled and anchored is not None:
         a_s, a_t = features.anchors(pair.source.num_nodes, pair.target.num_nodes,
