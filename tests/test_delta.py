@@ -174,3 +174,88 @@ def test_a_run_killed_while_writing_the_table_leaves_the_last_version(pair, tmp_
     rerun = run_job(job(pair, table, out_format="delta", run_date="2026-11-21"))
     assert rerun["delta_version"] == version + 1
     assert runs_per_date(pl.read_delta(str(table))) == {"2026-11-21": [rerun["run_id"]]}
+
+
+class ObjectStore:
+    """A real S3 API (moto's server, in a thread of this process) that can SIGKILL a writer
+    the moment it starts its commit: the first request that writes under ``_delta_log/``
+    while ``kill_at_commit`` holds a process kills it and is answered with an error, so the
+    commit never lands. The environment in :attr:`env` points S3 clients at it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import make_server
+        self.app = DomainDispatcherApplication(create_backend_app)
+        self.kill_at_commit = None
+        self.killed_at: str | None = None
+        self.server = make_server("127.0.0.1", 0, self, threaded=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        host, port = self.server.server_address[:2]
+        self.env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ALLOW_HTTP": "true",
+                    "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                    "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def __call__(self, environ, start_response):
+        import signal
+        writes = environ["REQUEST_METHOD"] in ("PUT", "POST")
+        if writes and "/_delta_log/" in environ["PATH_INFO"] and self.kill_at_commit:
+            self.kill_at_commit.send_signal(signal.SIGKILL)
+            self.kill_at_commit.wait()
+            self.killed_at, self.kill_at_commit = environ["PATH_INFO"], None
+            start_response("503 Service Unavailable", [("Content-Length", "0")])
+            return [b""]
+        return self.app(environ, start_response)
+
+    def objects(self, prefix: str) -> set[str]:
+        import boto3
+        s3 = boto3.client("s3", endpoint_url=self.env["AWS_ENDPOINT_URL"])
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket="lake", Prefix=prefix)
+        return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_a_run_killed_in_its_commit_to_an_object_store_leaves_the_last_version(
+        pair, tmp_path, monkeypatch):
+    """The table on an S3 bucket (moto's server): a run SIGKILLed as it starts writing its
+    commit leaves its data files as debris, which no reader sees; the table stays at its
+    last version, and the same date's rerun commits."""
+    import os
+    import subprocess
+    import sys
+
+    import boto3
+    store = ObjectStore()
+    try:
+        for key, value in store.env.items():
+            monkeypatch.setenv(key, value)
+        boto3.client("s3", endpoint_url=store.env["AWS_ENDPOINT_URL"]).create_bucket(
+            Bucket="lake")
+        table = "s3://lake/matches"
+        first = run_job(job(pair, table, out_format="delta", run_date="2026-11-21"))
+        second = run_job(job(pair, table, out_format="delta", run_date="2026-11-22"))
+        before, files = pl.read_delta(table), store.objects("matches/")
+        assert DeltaTable(table).version() == 1
+
+        store.kill_at_commit = subprocess.Popen(
+            [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(pair["source"]),
+             str(pair["target"]), "--out", table, "--out-format", "delta", "--run-date",
+             "2026-11-21", "--set", "bootstrap.rounds=0"],
+            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        died = store.kill_at_commit.wait(timeout=300)
+        assert died == -9 and store.killed_at is not None
+        debris = store.objects("matches/") - files
+        assert debris and all(k.endswith(".parquet") for k in debris)  # data, no log entry
+        assert DeltaTable(table).version() == 1
+        assert pl.read_delta(table).equals(before)  # no part of the killed run is read
+
+        rerun = run_job(job(pair, table, out_format="delta", run_date="2026-11-21"))
+        assert rerun["delta_version"] == 2
+        assert runs_per_date(pl.read_delta(table)) == {"2026-11-21": [rerun["run_id"]],
+                                                       "2026-11-22": [second["run_id"]]}
+        assert first["rows"] == rerun["rows"]
+    finally:
+        store.close()
