@@ -51,7 +51,23 @@ def test_settle_chooses_the_content_channel_and_its_depth_from_the_input(kind, e
     assert not cfg.anchors.enabled  # no seeds
     assert set(report["why"]) >= {"embed", "search", "refine", "assign", "polish"}
     assert cfg.assign.polish == kind.startswith("degree")  # the edges move featureless pairs
-    assert cfg.structure.enabled == (kind == "given")  # names alone are better without it
+
+
+def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_not():
+    n = 60
+    alike = torch.eye(4)[torch.arange(n) % 4]  # four kinds of node: every one has look-alikes
+    distinct = torch.eye(n)
+    for x, structure in ((alike, True), (distinct, False)):
+        assert features.lookalike_share(x) == float(structure)
+        cfg, report = auto.settle(pipeline.Pair(ring(n, features=x), ring(n, features=x)),
+                                  Config())
+        assert cfg.structure.enabled == structure
+        assert report["why"]["structure"].startswith(
+            f"given vectors: {100 if structure else 0}% of sampled nodes have a look-alike")
+    names = pipeline.Pair(ring(n, names=["same"] * n), ring(n, names=["same"] * n))
+    assert not auto.settle(names, Config())[0].structure.enabled  # names: not measured better
+    # half the rows have a twin: [e1, e1, e2, e3]
+    assert features.lookalike_share(torch.eye(3)[torch.tensor([0, 0, 1, 2])]) == 0.5
 
 
 def test_settle_polishes_small_featureless_pairs_only():
@@ -159,7 +175,9 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
     embedded at depth 2 with or without the structure channel and with those anchors: a
     depth is a prefix of the deepest embedding, the structure channel a part of its own."""
     cfg, _ = auto.settle(seeded_pair, Config())
-    assert cfg.structure.enabled  # given vectors
+    # this pair's vectors are distinct (no structure channel settled); turned on as if settled
+    assert not cfg.structure.enabled
+    cfg = replace(cfg, structure=replace(cfg.structure, enabled=True))
     kept, held = auto.split_seeds(seeded_pair.seeds, cfg.seed)
     trial = auto.estimation_pair(replace(seeded_pair, seeds=kept), held)
     chosen, report = auto.select(trial, cfg, held)

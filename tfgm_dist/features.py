@@ -137,6 +137,23 @@ def degree_sinusoidal(deg: torch.Tensor, dim: int = 512) -> torch.Tensor:
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
 
 
+def lookalike_share(x: torch.Tensor, threshold: float = 0.95, sample: int = 1_000,
+                    reference: int = 20_000, seed: int = 0) -> float:
+    """The share of ``sample`` random rows of ``x`` (``[N, d]``) that have a look-alike: another
+    of ``reference`` random rows at cosine ``>= threshold``. It says how well the vectors alone
+    tell a graph's nodes apart, at a fixed cost (``sample x reference`` products) whatever
+    ``N``: on attributed development pairs it is 0.00-0.01 for bags of 4 of 1,000 words and
+    for synthetic Gaussian vectors, 0.19-0.72 for 2 of 64 words and 0.98-1.00 for 1 of 16."""
+    gen = torch.Generator().manual_seed(seed)
+    ref = torch.randperm(x.size(0), generator=gen)[:reference]
+    rows = x.index_select(0, ref)
+    rows = F.normalize((rows.to_dense() if rows.is_sparse else rows).float(), dim=1)
+    n = min(sample, ref.numel())
+    sims = rows[:n] @ rows.T
+    sims[torch.arange(n), torch.arange(n)] = -torch.inf  # the first n references are the rows
+    return float((sims.max(1).values >= threshold).float().mean()) if n else 0.0
+
+
 def random_projection(xs: list[torch.Tensor], dim: int, seed: int = 0) -> list[torch.Tensor]:
     """Project every matrix with one seeded Gaussian ``W ~ N(0, 1/dim)`` of width ``dim``.
 
