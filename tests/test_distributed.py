@@ -152,6 +152,8 @@ def test_the_scale_config_tunes_nprobe_on_the_merged_shards(cluster, tmp_path):
     assert two["accuracy"] >= single["accuracy"] - 0.01 > 0.8
 
 
+# 13 s; .ci/run --all (P = 2 and 3 equal one process in every run)
+@pytest.mark.slow
 def test_one_part_on_ray_equals_one_process_with_the_scale_config(cluster, tmp_path):
     base, paths = scale_pair(tmp_path)
     single = run_job(job(base, tmp_path / "single", 0, **paths))
