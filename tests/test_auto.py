@@ -66,8 +66,9 @@ def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_
             f"given vectors: {100 if structure else 0}% of sampled nodes have a look-alike")
     names = pipeline.Pair(ring(n, names=["same"] * n), ring(n, names=["same"] * n))
     assert not auto.settle(names, Config())[0].structure.enabled  # names: not measured better
-    # half the rows have a twin: [e1, e1, e2, e3]
-    assert features.lookalike_share(torch.eye(3)[torch.tensor([0, 0, 1, 2])]) == 0.5
+    # half the rows have a twin: [e1, e1, e2, e3], whatever the block of references
+    twins = torch.eye(3)[torch.tensor([0, 0, 1, 2])]
+    assert [features.lookalike_share(twins, block=b) for b in (1, 3, 2048)] == [0.5] * 3
 
 
 def test_settle_polishes_small_featureless_pairs_only():
