@@ -8,9 +8,11 @@ the job reads what it was given and chooses:
    exist, the search index and ``k``, refinement and the decoding. Featureless graphs get
    the deep setting that matches the paper on yeast (degree positional encoding, 10 layers
    with a random bias, no input block, wide candidate lists, long refinement); graphs with
-   names or vectors a shallow one; graphs beyond :data:`EXACT_MAX_NODES` an IVF index.
-2. :func:`select` — with seeds, the anchor channel's weight and depth and the content
-   channel's depth: every candidate is
+   names or vectors a shallow one, and given vectors that look alike
+   (:data:`LOOKALIKE_SHARE`) also that deep setting as the structure channel; graphs beyond
+   :data:`EXACT_MAX_NODES` an IVF index.
+2. :func:`select` — with seeds, the anchor channel's weight and depth, the content
+   channel's depth and whether the structure channel stays: every candidate is
    scored on a held-out share of the seeds (:func:`split_seeds`), by the MRR of the held-out
    sources among the searchable targets, from one embedding per channel (depths are prefixes
    of the deepest one), so the choice costs one search of the held-out rows per candidate.
@@ -91,10 +93,12 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         chosen.update({"embed.layers": 2, "features.project_dim": 256 if width > 512 else 0,
                        "structure.enabled": structure})
         why["embed"] = "given vectors: 2 layers" + (", projected to 256" if width > 512 else "")
+        sc = cfg.structure
         why["structure"] = (
             f"given vectors: {alike:.0%} of sampled nodes have a look-alike (cosine >= 0.95) "
-            "in their graph, so they are also propagated through 10 layers like a "
-            "featureless graph, at weight 0.5, to tell them apart by their neighbourhoods"
+            f"in their graph, so they are also propagated through {sc.layers} layers like a "
+            f"featureless graph, at weight {sc.weight:g}, to tell them apart by their "
+            "neighbourhoods"
             + ("; kept if the held-out seeds rank better with it" if pair.seeds is not None
                else "") if structure else
             f"given vectors: {alike:.0%} of sampled nodes have a look-alike in their graph; "
