@@ -25,6 +25,7 @@ Parquet write) on inputs prepared once in the Parquet layout, with and without s
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -48,8 +49,14 @@ DECODINGS = [("argmax", "auto"), ("mutual", "auto"), ("one-to-one", "sparse"),
 
 
 def _in_child(fn, *args):
-    """Run ``fn(*args)`` in a fresh spawned process; returns its result."""
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+    """Run ``fn(*args)`` in a fresh spawned process; returns its result.
+
+    The child imports PyG first, as ``tfgm-dist`` does before its stages (``run_job`` records
+    the library versions): the library imports it only when it first builds an operator (so
+    that Ray workers do not), and its 2.6 s would otherwise be the first run's."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn"),
+                             initializer=importlib.import_module,
+                             initargs=("torch_geometric",)) as pool:
         return pool.submit(fn, *args).result()
 
 
