@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.assign import (argmax, hungarian, mutual, one_to_one, sinkhorn_dense,
-                              sinkhorn_sparse, sparse_one_to_one)
+from tfgm_dist.assign import (AUCTION_EPS, Bidders, Sellers, argmax, auction, hungarian, mutual,
+                              one_to_one, score_span, sinkhorn_dense, sinkhorn_sparse,
+                              sparse_one_to_one, spanning)
 from tfgm_dist.search import Candidates
 
 INF = float("inf")
@@ -19,6 +20,18 @@ def full_candidates(dense: torch.Tensor) -> Candidates:
     """Every target listed for every source, best first."""
     scores, index = dense.topk(dense.size(1), dim=1)
     return Candidates(scores, index)
+
+
+def tied_lists(n_s: int, n_t: int, k: int, levels: int, seed: int) -> Candidates:
+    """Random lists whose scores take ``levels + 1`` values (any, for 0): many sources tie
+    on targets, and the auction runs for hundreds of rounds."""
+    g = torch.Generator().manual_seed(seed)
+    index = torch.stack([torch.randperm(n_t, generator=g)[:k] for _ in range(n_s)])
+    scores = torch.rand(n_s, k, generator=g)
+    if levels:
+        scores = (scores * levels).round() / levels
+    scores[torch.rand(n_s, k, generator=g) < 0.05] = -INF  # not edges
+    return Candidates.sorted(scores, index)
 
 
 def brute_force(scores: np.ndarray) -> float:
@@ -228,3 +241,39 @@ def test_polish_recovers_a_permuted_graph_from_a_start_with_swaps_and_keeps_the_
     with pytest.raises(ValueError, match="at most"):
         big = Graph(ids=pa.array(np.arange(3000)), edge_index=torch.tensor([[0], [1]]))
         polish(torch.tensor([1]), torch.tensor([0]), big, big)
+
+
+@pytest.mark.parametrize("n_s, levels", [(300, 0), (500, 3)])  # 100-130 rounds each
+def test_the_auction_split_into_parts_equals_one_part(n_s, levels):
+    """What the Ray run does (tfgm_dist.distributed.one_to_one), in process: sources and
+    targets dealt to three parts at random, each part bidding for its sources and selling
+    its targets; the same matching as one part, in the same number of rounds."""
+    n_t, P = n_s + 20, 3
+    c = tied_lists(n_s, n_t, 10, levels, seed=levels)
+    g = torch.Generator().manual_seed(7)
+    source_part = torch.randint(P, (n_s,), generator=g)
+    home = torch.randint(P, (n_t,), generator=g)
+    rows = [torch.nonzero(source_part == q).flatten() for q in range(P)]
+    lists = [c.take_rows(r) for r in rows]
+    span = spanning([score_span(x) for x in lists])
+    bidders = [Bidders(x, r, n_t, span, home, P) for x, r in zip(lists, rows)]
+    sellers = [Sellers(torch.nonzero(home == p).flatten()) for p in range(P)]
+    outcome: list[list] = [[] for _ in range(P)]
+    bids: list = []
+
+    def bid(eps: float) -> int:
+        out = [b.bid(eps, *o) for b, o in zip(bidders, outcome)]
+        bids[:] = [b for _, b in out]
+        return sum(free for free, _ in out)
+
+    def resolve() -> None:
+        res = [s.resolve(*[bids[q][p] for q in range(P)]) for p, s in enumerate(sellers)]
+        outcome[:] = [[res[p][q] for p in range(P)] for q in range(P)]
+
+    rounds = auction(bid, resolve, AUCTION_EPS, n_s)
+    matched = torch.full((n_s,), -2)
+    for r, b in zip(rows, bidders):
+        matched[r] = b.matched()
+    one = sparse_one_to_one(c, n_t)
+    assert torch.equal(matched, one)
+    assert (one >= 0).sum() > n_s // 2 and rounds > 100

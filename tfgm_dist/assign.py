@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -126,11 +126,16 @@ def sinkhorn_sparse(c: Candidates, num_targets: int, tau: float = 0.05,
     return Candidates.sorted(log_p, c.index)
 
 
+AUCTION_EPS = 1e-4  # the auction's bid increment at the start, on values in [0, 1]
 ROUNDS_PER_EPS = 3000  # auction rounds after which epsilon grows by EPS_GROWTH
 EPS_GROWTH = 2.0
 
+Bids = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # target, bid, source, row
+Outcome = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # won, unseated, t, price
 
-def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = 1e-4) -> torch.Tensor:
+
+def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
+                      ) -> torch.Tensor:
     r"""One-to-one matching over the candidate edges only: ``[n_s]`` int64, ``-1`` = unmatched.
 
     Maximises :math:`\sum_{(i,j) \in M} w_{ij}` over matchings :math:`M` of candidate edges,
@@ -155,56 +160,173 @@ def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = 1e-4) -> tor
     on degree features alone took 130,000 rounds), so every :data:`ROUNDS_PER_EPS` rounds
     ``eps`` doubles, and the bound with it (logged). Candidates with score ``-inf`` are
     not edges.
+
+    The rounds are :func:`auction`'s over one :class:`Bidders` and one :class:`Sellers`; on
+    Ray each part holds one of each (:mod:`tfgm_dist.distributed`), with the same result.
     """
     _check_targets(c, num_targets)
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps}")
+    span, n_s = score_span(c), c.index.size(0)
+    if c.k == 0:
+        return torch.full((n_s,), -1)
+    bidders = Bidders(c, torch.arange(n_s), num_targets, spanning([span]))
+    sellers = Sellers(torch.arange(num_targets))
+    state: dict[str, list] = {"outcome": []}
+
+    def bid(e: float) -> int:
+        free, state["bids"] = bidders.bid(e, *state["outcome"])
+        return free
+
+    def resolve() -> None:
+        state["outcome"] = sellers.resolve(*state["bids"])
+
+    auction(bid, resolve, eps, n_s)
+    return bidders.matched()
+
+
+def score_span(c: Candidates) -> tuple[float, float] | None:
+    """The lowest and highest score of the candidate edges (``None`` when there is none),
+    over which :class:`Bidders` scale the scores to ``[0, 1]``; checks the lists."""
     edge = (c.index >= 0) & (c.scores != -torch.inf)
     if torch.isnan(c.scores[edge]).any():
         raise ValueError("candidate scores must not be NaN")
     _check_no_repeats(c.index, edge)
-    n_s, k = c.index.shape
-    if k == 0:
-        return torch.full((n_s,), -1)
-    s = c.scores.double()
-    low, high = (float(s[edge].min()), float(s[edge].max())) if edge.any() else (0.0, 1.0)
-    # column k is each source's private "unmatched" option: value 0, price 0 for ever
-    value = torch.cat([((s - low) / ((high - low) or 1.0)).masked_fill(~edge, -torch.inf),
-                       torch.zeros(n_s, 1, dtype=torch.float64)], 1)
-    target = torch.cat([c.index.masked_fill(~edge, num_targets),
-                        torch.full((n_s, 1), num_targets)], 1)
-    price = torch.zeros(num_targets + 1, dtype=torch.float64)
-    owner = torch.full((num_targets + 1,), -1)
-    choice = torch.full((n_s,), -1)  # column of the source's target; k: unmatched
-    free, rounds, start_eps = torch.arange(n_s), 0, eps
-    while free.numel():
-        rounds += 1
-        if rounds % ROUNDS_PER_EPS == 0:
-            eps *= EPS_GROWTH
-        net = value[free] - price[target[free]]
+    s = c.scores[edge].double()
+    return (float(s.min()), float(s.max())) if s.numel() else None
+
+
+def spanning(spans: list[tuple[float, float] | None]) -> tuple[float, float]:
+    """The span of several parts' lists (:func:`score_span`); ``(0, 1)`` when none has edges."""
+    known = [s for s in spans if s is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else (0.0, 1.0)
+
+
+def auction(bid: Callable[[float], int], resolve: Callable[[], None], eps: float, size: int
+            ) -> int:
+    """The rounds of :func:`sparse_one_to_one`: ``bid(eps)`` settles the last round's outcome
+    and makes the free sources bid, returning how many were free (0 ends it); ``resolve()``
+    gives each target to its best bidder. Doubles ``eps`` every :data:`ROUNDS_PER_EPS`
+    rounds; returns the number of rounds. ``size``: the number of sources (for the log)."""
+    rounds, start = 0, eps
+    while True:
+        e = eps * EPS_GROWTH if (rounds + 1) % ROUNDS_PER_EPS == 0 else eps
+        if not bid(e):
+            break
+        rounds, eps = rounds + 1, e
+        resolve()
+    log.info("one-to-one: auction over %d sources took %d rounds", size, rounds)
+    if eps > start:
+        log.warning("one-to-one: tied candidate lists; epsilon raised to %g to finish, so the "
+                    "matching is within %.3g of the optimum (values in [0, 1])", eps, size * eps)
+    return rounds
+
+
+class Bidders:
+    """The sources' side of the auction: some sources' candidate lists, what each holds, and
+    the prices of the targets they list (kept current by every round's outcome).
+
+    ``c``: ``[n, k]`` lists (``k >= 1``) of the sources numbered ``sources`` (``[n]``: ties
+    go to the lowest number); ``span``: :func:`spanning` of every part's lists; ``home``:
+    ``[num_targets]`` which of the ``parts`` :class:`Sellers` sells each target (``None``:
+    one sells all).
+    """
+
+    def __init__(self, c: Candidates, sources: torch.Tensor, num_targets: int,
+                 span: tuple[float, float], home: torch.Tensor | None = None, parts: int = 1
+                 ) -> None:
+        _check_targets(c, num_targets)
+        n, self.k = c.index.shape
+        low, high = span
+        edge = (c.index >= 0) & (c.scores != -torch.inf)
+        # column k is each source's private "unmatched" option: value 0, price 0 for ever
+        self.value = torch.cat([((c.scores.double() - low) / ((high - low) or 1.0))
+                                .masked_fill(~edge, -torch.inf),
+                                torch.zeros(n, 1, dtype=torch.float64)], 1)
+        self.target = torch.cat([c.index.masked_fill(~edge, num_targets),
+                                 torch.full((n, 1), num_targets)], 1)
+        if home is None:
+            home = torch.zeros(num_targets, dtype=torch.long)
+        self.home = torch.cat([home, home.new_full((1,), -1)])[self.target]
+        self.known, self.slot = torch.unique(self.target, return_inverse=True)
+        self.price = torch.zeros(self.known.numel(), dtype=torch.float64)
+        self.sources, self.parts = sources, parts
+        self.choice = torch.full((n,), -1)  # column of the source's target; k: unmatched
+        self.free = torch.arange(n)
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def bid(self, eps: float, *outcome: Outcome) -> tuple[int, list[Bids]]:
+        """Settle the last round (``outcome``: each part's :meth:`Sellers.resolve` for this
+        part), then bid: the number of free sources and the bids for each part's targets."""
+        self._settle(outcome)
+        free = self.free
+        net = self.value[free] - self.price[self.slot[free]]
         best = net.topk(2, dim=1)
         col = best.indices[:, 0]
-        out = col == k
-        choice[free[out]] = k
-        bidder, col = free[~out], col[~out]
-        t = target[bidder, col]
-        bid = price[t] + best.values[~out, 0] - best.values[~out, 1] + eps
-        top = torch.full_like(price, -torch.inf).scatter_reduce(0, t, bid, "amax")
-        high_bid = bid == top[t]
-        first = torch.full_like(owner, n_s).scatter_reduce(0, t[high_bid], bidder[high_bid],
-                                                           "amin")
-        won = high_bid & (bidder == first[t])
-        unseated = owner[t[won]]
-        unseated = unseated[unseated >= 0]
-        choice[unseated] = -1
-        owner[t[won]], price[t[won]], choice[bidder[won]] = bidder[won], bid[won], col[won]
-        free = torch.cat([bidder[~won], unseated])
-    log.info("one-to-one: auction over %d sources took %d rounds", n_s, rounds)
-    if eps > start_eps:
-        log.warning("one-to-one: tied candidate lists; epsilon raised to %g to finish, so the "
-                    "matching is within %.3g of the optimum (values in [0, 1])", eps, n_s * eps)
-    return torch.where(choice < k, c.index.gather(1, choice.clamp(max=k - 1)[:, None]).squeeze(1),
-                       -1)
+        out = col == self.k
+        self.choice[free[out]] = self.k
+        row, col = free[~out], col[~out]
+        t = self.target[row, col]
+        bid = self.price[self.slot[row, col]] + best.values[~out, 0] - best.values[~out, 1] + eps
+        home = self.home[row, col]
+        self.pending, bids = [], []
+        for p in range(self.parts):
+            m = home == p
+            self.pending.append((row[m], col[m]))
+            bids.append((t[m], bid[m], self.sources[row[m]], row[m]))
+        return free.numel(), bids
+
+    def _settle(self, outcome: tuple[Outcome, ...]) -> None:
+        if not outcome:
+            return
+        lost = []
+        for (row, col), (won, unseated, t, price) in zip(self.pending, outcome):
+            self.choice[unseated] = -1
+            self.choice[row[won]] = col[won]
+            lost += [row[~won], unseated]
+            at = torch.searchsorted(self.known, t).clamp(max=self.known.numel() - 1)
+            here = self.known[at] == t
+            self.price[at[here]] = price[here]
+        self.free = torch.cat(lost)
+
+    def matched(self) -> torch.Tensor:
+        """``[n]`` each source's target, ``-1`` where it stays unmatched."""
+        col = self.choice.clamp(max=self.k - 1)[:, None]
+        return torch.where(self.choice < self.k, self.target.gather(1, col).squeeze(1), -1)
+
+
+class Sellers:
+    """The targets' side of the auction: the price and the holder of the targets ``nodes``
+    (``[m]`` ascending target numbers)."""
+
+    def __init__(self, nodes: torch.Tensor) -> None:
+        self.nodes = nodes
+        self.price = torch.zeros(nodes.numel(), dtype=torch.float64)
+        self.owner = torch.full((nodes.numel(),), -1)  # source number
+        self.owner_part = torch.full((nodes.numel(),), -1)
+        self.owner_row = torch.full((nodes.numel(),), -1)  # its row in its part's Bidders
+
+    def resolve(self, *bids: Bids) -> list[Outcome]:
+        """Each target goes to its highest bidder (ties: the lowest source number), unseating
+        its holder. ``bids``: each part's :meth:`Bidders.bid` for these targets; returns,
+        per part: which of its bids won, its sources unseated, and the new prices."""
+        t = torch.searchsorted(self.nodes, torch.cat([b[0] for b in bids]))
+        bid, source, row = (torch.cat([b[i] for b in bids]) for i in (1, 2, 3))
+        part = torch.repeat_interleave(torch.arange(len(bids)),
+                                       torch.tensor([b[0].numel() for b in bids]))
+        top = torch.full_like(self.price, -torch.inf).scatter_reduce(0, t, bid, "amax")
+        high = bid == top[t]
+        first = torch.full_like(self.owner, torch.iinfo(torch.int64).max).scatter_reduce(
+            0, t[high], source[high], "amin")
+        won = high & (source == first[t])
+        w = t[won]
+        held = self.owner[w] >= 0
+        unseated_part, unseated_row = self.owner_part[w][held], self.owner_row[w][held]
+        self.owner[w], self.owner_part[w], self.owner_row[w] = source[won], part[won], row[won]
+        self.price[w] = bid[won]
+        sold = (self.nodes[w], bid[won])
+        return [(won[part == p], unseated_row[unseated_part == p], *sold)
+                for p in range(len(bids))]
 
 
 def one_to_one(c: Candidates, num_targets: int, *, dense_scores: torch.Tensor | None = None,
@@ -296,8 +418,13 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
         return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
     matched = one_to_one(c, scored.num_targets,
                          method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
-    match_score = torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
-    return matched, match_score
+    return matched, listed_score(c, matched)
+
+
+def listed_score(c: Candidates, matched: torch.Tensor) -> torch.Tensor:
+    """``[n]`` each row's score at its decoded target ``matched``, ``-inf`` where that is
+    not in its list (or the row is unmatched)."""
+    return torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
 
 
 POLISH_MAX_NODES = 2_000  # dense n x n products and a LAP per step: ~1 s a step at 2,000
