@@ -94,7 +94,7 @@ def dbp_child(pair_name: str, seeds: bool, refine: bool, encoder: bool) -> dict:
         start = time.perf_counter()
         matched, _ = decode(scored, AssignConfig(method=method, one_to_one=solver))
         took = time.perf_counter() - start
-        m = evaluate(scored.forward, scored.rows, matched, pair.gold)
+        m = evaluate(scored.forward.take_rows(scored.rows), scored.rows, matched, pair.gold)
         rows.append({"decoding": method if method != "one-to-one" else f"1:1 {solver}",
                      "hits@1": 100 * m["hits@1"], "hits@10": 100 * m["hits@10"],
                      "mrr": m["mrr"], "accuracy": 100 * m["accuracy"], "decode_s": took})
@@ -103,7 +103,8 @@ def dbp_child(pair_name: str, seeds: bool, refine: bool, encoder: bool) -> dict:
     m_all = None
     if seeds and refine:
         full = score(Pair(src, tgt, seeds=pair.seeds, gold=pair.gold, queries=pair.queries), cfg)
-        m_all = evaluate(full.forward, full.rows, decode(full, cfg.assign)[0], pair.gold)
+        m_all = evaluate(full.forward.take_rows(full.rows), full.rows,
+                         decode(full, cfg.assign)[0], pair.gold)
     return {"seconds": watch.seconds, "peak": _peak(), "decodings": rows, "all": m_all}
 
 

@@ -104,9 +104,10 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
 
 
 def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path):
-    """Three parts, seeds and a one-to-one decoding: the rows equal one process's. (The
-    decoder runs in one Ray task with the same code as in one process, so one decoder is
-    enough here; every decoder is compared in test_pipeline.)"""
+    """Three parts, seeds and the sparse one-to-one auction, which runs on the part actors
+    (no refinement): the rows, the metrics and the confidence equal one process's. (The
+    other decoders run in one Ray task with the same code as in one process; every decoder
+    is compared in test_pipeline.)"""
     data = write_pair(tmp_path / "data", 1500, seed=3)
     seeds = tmp_path / "seeds.parquet"
     pq.write_table(pq.read_table(data["gold"]).slice(0, 150), seeds)
@@ -116,6 +117,8 @@ def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path):
         layers = 2
         [search]
         k = 10
+        [refine]
+        enabled = false
         [assign]
         method = "one-to-one"
         one_to_one = "sparse"
@@ -126,12 +129,72 @@ def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path):
     metrics = run_job(job(base, tmp_path / f"p{p}", p, **paths))
     assert_same_rows(tmp_path / "single", tmp_path / f"p{p}")
     assert metrics["accuracy"] == single["accuracy"] > 0.5
+    assert metrics["hits@1"] == single["hits@1"]
+    assert metrics["mrr"] == pytest.approx(single["mrr"], abs=1e-12)
+    assert metrics["reliability"] == single["reliability"]
+    assert metrics["estimate"] == single["estimate"]
+    assert "assign" in metrics["seconds"] and "refine+assign" not in metrics["seconds"]
+    (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
+    assert ta.column("confidence").equals(tb.column("confidence"))
     _, manifest = rows(tmp_path / f"p{p}")
     assert [f["path"] for f in manifest["files"]] == [f"matches/part-{q:05d}.parquet"
                                                       for q in range(p)]
     meta = pq.read_schema(tmp_path / f"p{p}" / manifest["files"][-1]["path"]).metadata
     assert json.loads(meta[b"tfgm_dist.config"])["ray"]["partitions"] == p
     assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold", "seeds"}
+
+
+def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster):
+    """tfgm_dist.distributed.one_to_one over two actors: the sources in two parts, the
+    targets in two others; tied lists that take over 100 rounds give one process's
+    matching."""
+    from test_assign import tied_lists
+
+    from tfgm_dist.assign import sparse_one_to_one
+    from tfgm_dist.distributed import one_to_one
+    from tfgm_dist.distributed.actors import AuctionSide
+
+    n_s, n_t, P = 500, 520, 2
+    c = tied_lists(n_s, n_t, 10, 3, seed=3)
+    home = np.random.default_rng(0).integers(0, P, n_t)
+    part = np.arange(n_s) % P
+    rows = [[r[:100], r[100:]] for r in (np.flatnonzero(part == q) for q in range(P))]
+    chunks = [[ray.put((c.scores[r].numpy(), c.index[r].numpy())) for r in rs] for rs in rows]
+    sides = [ray.remote(AuctionSide).options(num_cpus=0.5).remote(f"part {q}")
+             for q in range(P)]
+    heard = []
+    rounds = one_to_one(sides, chunks, rows, n_t, home, lambda e, info: heard.append(e))
+    matched = np.full(n_s, -2)
+    for q, side in enumerate(sides):
+        matched[np.concatenate(rows[q])] = ray.get(side.matched.remote())
+    assert rounds > 100 and heard == ["assign-round"] * (rounds + 1)
+    np.testing.assert_array_equal(matched, sparse_one_to_one(c, n_t).numpy())
+
+
+# 18 s; .ci/run --all
+@pytest.mark.slow
+def test_an_actor_killed_in_the_auction_is_restarted_and_the_output_is_identical(
+        cluster, tmp_path):
+    data = write_pair(tmp_path / "data", 1500, seed=5)
+    base = from_toml("""
+        [refine]
+        enabled = false
+        [assign]
+        one_to_one = "sparse"
+    """)
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    calm = run_job(job(base, tmp_path / "calm", 2, **paths))
+    assert "assign" in calm["seconds"]
+    killed = []
+
+    def kill_in_round_2(event: str, info: dict) -> None:
+        if event == "assign-round" and info["round"] == 2 and not killed:
+            ray.kill(info["workers"][1], no_restart=False)
+            killed.append(info["workers"][1])
+
+    run_job(job(base, tmp_path / "killed", 2, **paths), OnRay(kill_in_round_2))
+    assert killed
+    assert_same_rows(tmp_path / "calm", tmp_path / "killed")
 
 
 def scale_pair(tmp_path: Path) -> tuple[Config, dict]:

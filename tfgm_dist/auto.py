@@ -303,14 +303,27 @@ class Prepared:
         with ``gold``, also how reliable the confidence was (:func:`metrics.reliability`)."""
         if self.calibration is None:
             result = estimate.self_calibrated(result, self.first)
-        else:
-            result.confidence = self.calibration(estimate.margins(result))
-            result.metrics["estimate"] = self.estimate
-        result.metrics["auto"] = self.report
-        if gold is not None and result.confidence is not None:
-            result.metrics["reliability"] = metrics.reliability(
-                result.confidence, result.matched, result.rows, *gold)
+        result = self.finish_part(result, gold)
+        result.metrics = self.described(result.metrics)
         return result
+
+    def finish_part(self, piece: Result, gold: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> Result:
+        """What :meth:`finish` does to each row: for a Ray part's rows, which have no
+        backward search to calibrate on; the confidence fitted on the held-out seeds, and
+        with ``gold`` the reliability counts in the part's metrics."""
+        if self.calibration is not None:
+            piece.confidence = self.calibration(estimate.margins(piece))
+        if gold is not None and piece.confidence is not None:
+            piece.metrics["reliability"] = metrics.reliability(
+                piece.confidence, piece.matched, piece.rows, *gold)
+        return piece
+
+    def described(self, found: dict[str, Any]) -> dict[str, Any]:
+        """A run's metrics with the estimate (with seeds) and the report added."""
+        if self.calibration is not None:
+            found["estimate"] = self.estimate
+        return {**found, "auto": self.report}
 
 
 def mutual_matches(result: Result) -> tuple[np.ndarray, np.ndarray] | None:

@@ -92,5 +92,28 @@ def reliability(confidence: torch.Tensor, assigned: torch.Tensor, rows: torch.Te
         sure = scored & (confidence >= c)  # NaN confidence is never >= c
         n = int(sure.sum())
         right = int((assigned[sure] == target[sure]).sum())
-        out[f"{c:g}"] = {"rows": n, "share_correct": round(right / n, 4) if n else None}
+        out[f"{c:g}"] = _sure(n, right)
+    return out
+
+
+def _sure(rows: int, right: int) -> dict:
+    return {"rows": rows, "right": right, "share_correct": round(right / rows, 4) if rows else None}
+
+
+def combined(parts: list[dict]) -> dict:
+    """One evaluation of the union of disjoint sets of rows from each set's: rates
+    (:func:`ranking_metrics`, ``accuracy``) weighted by the gold pairs each evaluated, and
+    :func:`reliability` counts summed (``"reliability"``, where the parts have it). A Ray
+    run evaluates each part's rows where they are."""
+    scored = [p for p in parts if p["evaluated"]]
+    n = sum(p["evaluated"] for p in scored)
+    out: dict = {"evaluated": n}
+    for key in (k for k in scored[0] if k not in ("evaluated", "reliability")) if n else ():
+        # hits and accuracy are counts over n: the sum of round(rate * n) is exact
+        total = sum(p[key] * p["evaluated"] for p in scored)
+        out[key] = total / n if key == "mrr" else round(total) / n
+    sure = [p["reliability"] for p in parts if "reliability" in p]
+    if sure:
+        out["reliability"] = {c: _sure(sum(s[c]["rows"] for s in sure),
+                                       sum(s[c]["right"] for s in sure)) for c in sure[0]}
     return out

@@ -307,6 +307,10 @@ def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operat
                    backward=merge(bwd, fwd, cfg.search.k), refined=True)
 
 
+NO_GOLD_ASKED = ("no gold pair has its source among the output rows (all are seeds or "
+                 "outside the queries)")
+
+
 def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Result:
     """The assign stage, and the metrics when gold pairs are given."""
     with watch.stage("assign"):
@@ -321,7 +325,9 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
     result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score,
                     scale=2.0 if scored.refined else scored.scale, mutual=mutual)
     if pair.gold is not None:
-        result.metrics = evaluate(scored.forward, scored.rows, matched, pair.gold)
+        result.metrics = evaluate(result.candidates, scored.rows, matched, pair.gold)
+        if not result.metrics["evaluated"]:
+            raise InputError(NO_GOLD_ASKED)
     if scored.search:
         result.metrics["search"] = scored.search
     return result
@@ -340,7 +346,7 @@ def polished(pair: Pair, scored: Scored, matched: torch.Tensor
     moved = torch.where((moved >= 0) & allowed[moved.clamp(min=0)], moved, -1)
     c = scored.forward.take_rows(scored.rows)
     on_list = c.index == moved[:, None]
-    listed = torch.where(on_list, c.scores, -torch.inf).max(1).values
+    listed = assign.listed_score(c, moved)
     if scored.refined:
         off_list = torch.zeros_like(listed)
     elif scored.o_s is not None:
@@ -357,22 +363,21 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
     return conclude(pair, score(pair, cfg, watch), cfg, watch)
 
 
-def evaluate(forward: Candidates, rows: torch.Tensor, matched: torch.Tensor,
+def evaluate(candidates: Candidates, rows: torch.Tensor, matched: torch.Tensor,
              gold: tuple[np.ndarray, np.ndarray]) -> dict:
-    """Hits@1/10 and MRR of the ranked lists, and accuracy of the decoded matching.
+    """Hits@1/10 and MRR of the ranked lists, and accuracy of the decoded matching:
+    ``candidates`` and ``matched`` are those of the source numbers ``rows`` (ascending).
 
-    Only gold pairs whose source is an output row count: seed pairs are known, not
-    predicted, and sources outside ``--queries`` were not asked for.
+    Only gold pairs whose source is one of ``rows`` count: seed pairs are known, not
+    predicted, and sources outside ``--queries`` were not asked for. ``{"evaluated": 0}``
+    when there is none (a Ray part may hold no gold source; :func:`metrics.combined` joins
+    the parts' evaluations).
     """
-    output = np.zeros(forward.index.size(0), dtype=bool)
-    output[rows.numpy()] = True
-    asked = output[gold[0]]
+    at = np.searchsorted(rows.numpy(), gold[0]).clip(max=max(rows.numel() - 1, 0))
+    asked = (rows.numpy()[at] == gold[0]) if rows.numel() else np.zeros(gold[0].size, bool)
     if not asked.any():
-        raise InputError("no gold pair has its source among the output rows (all are seeds "
-                         "or outside the queries)")
-    gold_s, gold_t = gold[0][asked], gold[1][asked]
-    out = metrics.ranking_metrics(forward, gold_s, gold_t)
-    full = torch.full((forward.index.size(0),), -1, dtype=torch.long)
-    full[rows] = matched
-    out["accuracy"] = metrics.accuracy(full, gold_s, gold_t)
+        return {"evaluated": 0}
+    local, gold_t = at[asked], gold[1][asked]
+    out = metrics.ranking_metrics(candidates, local, gold_t)
+    out["accuracy"] = metrics.accuracy(matched, local, gold_t)
     return out

@@ -10,8 +10,11 @@ graphs then runs in Ray workers, and the driver hands them object references, no
   object (:func:`graph_parts` plans who sends which rows to whom).
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and each query part's own actor merges the per-shard top-k.
-- **refine, assign**: one task runs the single-process code on the merged candidates (both
-  stages are global), and returns the result cut into the source parts.
+- **assign**: the sparse one-to-one auction on unrefined candidates runs on the part actors
+  (:func:`one_to_one`): each bids for its sources and sells its targets, and concludes its
+  rows. Otherwise (refinement, the dense Hungarian, mutual, the polish) one task runs the
+  single-process refine and assign on the merged candidates, and returns the result cut
+  into the source parts.
 - **write**: one task per source part writes its rows as one file of the Parquet dataset.
 
 An actor keeps nothing it cannot rebuild: each method's result depends only on the
@@ -36,24 +39,26 @@ from typing import Any, Callable
 import numpy as np
 import ray
 
-from .. import write
-from ..assign import dense_assignment
+import torch
+
+from .. import checkpoint, metrics, write
+from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
 from ..config import Config
 from ..embed import LayerParams, layer_params
 from ..errors import InputError
 from ..features import Channel
 from ..partition import partition
-from ..pipeline import Pair, channels, operators, plan, scale, search_options
+from ..pipeline import NO_GOLD_ASKED, Pair, Plan, channels, operators, plan, scale, search_options
 from ..search import IVF_KINDS, probe_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
-from .actors import (RESTARTS, PartWorker, ShardedIndex, finish, gathered_embedding,
-                     usage_of, write_part)
+from .actors import (RESTARTS, LostState, PartWorker, ShardedIndex, finish,
+                     gathered_embedding, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import graph_parts
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "graph_parts",
-           "placement"]
+           "one_to_one", "placement"]
 
 log = logging.getLogger("tfgm_dist")
 
@@ -65,7 +70,7 @@ Events = Callable[[str, dict], None]  # hears of each layer and search part as s
 # Failures of the cluster, not of the input: a run that meets one is run again.
 LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
         ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-        ray.exceptions.LocalRayletDiedError)
+        ray.exceptions.LocalRayletDiedError, LostState)
 
 
 def _cause(error: Exception) -> Exception:
@@ -76,6 +81,10 @@ def _cause(error: Exception) -> Exception:
     return error
 
 
+def _flat(per_part: list[list]) -> list:
+    return [x for part in per_part for x in part]
+
+
 def _completed(refs: list[ray.ObjectRef], stage: str, unit: str) -> None:
     """Wait for ``refs`` one by one as they complete, reporting the share done
     (:class:`Progress`). The objects stay where they are (``fetch_local=False``): the driver
@@ -84,6 +93,47 @@ def _completed(refs: list[ray.ObjectRef], stage: str, unit: str) -> None:
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
         meter.advance(len(ready))
+
+
+def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.ObjectRef]],
+               rows: list[list[np.ndarray]], num_targets: int, home: np.ndarray,
+               events: Events | None = None) -> int:
+    """The sparse one-to-one auction (:func:`~tfgm_dist.assign.sparse_one_to_one`) over
+    :class:`~.actors.AuctionSide` actors; returns the number of rounds, and each actor
+    holds its sources' targets (``matched``).
+
+    Actor ``q`` bids for the sources ``rows[q]`` (ascending, in chunks) whose candidate
+    lists are ``chunks[q]``, and sells the targets ``t`` with ``home[t] == q``. A round is
+    two calls per part: each sends each part the bids for its targets, each returns each
+    part the outcome (won bids, unseated sources, new prices); the driver only hears how
+    many sources were free. The rounds are :func:`~tfgm_dist.assign.auction`'s and every
+    step the same code as in one process, so the matching is one process's, bit for bit.
+    A round costs about 3 ms at P = 2 on 2 cores (the calls, not the work): tied lists that
+    take thousands of rounds take seconds."""
+    w, P, events = workers, len(workers), events or (lambda event, info: None)
+    span = spanning(ray.get([w[q].span.remote(*chunks[q]) for q in range(P)]))
+    owner = ray.put(torch.from_numpy(home))
+    ray.get([w[q].bidders.remote(np.concatenate(rows[q]), num_targets, span, owner, P,
+                                 *chunks[q]) for q in range(P)]
+            + [w[p].sellers.remote(np.flatnonzero(home == p)) for p in range(P)])
+    outcome: list[list[ray.ObjectRef]] = [[] for _ in range(P)]
+    bids: list[list[ray.ObjectRef]] = []
+    rounds = [0]
+
+    def bid(eps: float) -> int:
+        rounds[0] += 1
+        events("assign-round", {"round": rounds[0], "workers": w})
+        out = [w[q].bid.options(num_returns=P + 1).remote(eps, *outcome[q]) for q in range(P)]
+        bids[:] = [o[1:] for o in out]
+        return sum(ray.get([o[0] for o in out]))
+
+    def resolve() -> None:
+        res = [w[p].resolve.options(num_returns=P).remote(*[bids[q][p] for q in range(P)])
+               for p in range(P)]
+        res = [[r] if P == 1 else r for r in res]
+        outcome[:] = [[res[p][q] for p in range(P)] for q in range(P)]
+
+    return auction(bid, resolve, AUCTION_EPS, sum(r.size for part in rows for r in part))
 
 
 class Run:
@@ -173,27 +223,58 @@ class Run:
                 forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
                 backward = None if pl.sources is None else self._search(
                     "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
-                _completed([*forward[0], *(backward[0] if backward else [])], "search",
-                           "parts")
+                _completed([*_flat(forward[0]), *(_flat(backward[0]) if backward else [])],
+                           "search", "parts")
+            dense = (dense_assignment(cfg.assign, pl.rows.size, pl.targets.size)
+                     and not cfg.refine.enabled)
+            auctioned = self._auctioned(pl, dense)
+            if auctioned:
+                with self.watch.stage("assign"):
+                    metrics, pieces = self._assign(forward, resume)
             usage = [usage_of(w, f"part {p}") for p, w in enumerate(self.workers)]
         finally:
             for w in self.workers:
                 ray.kill(w)
-        dense = (dense_assignment(cfg.assign, pl.rows.size, pl.targets.size)
-                 and not cfg.refine.enabled)
+        self.usage += usage
+        if auctioned:
+            return metrics, pieces
         embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
                       if dense else None)
         with self.watch.stage("refine+assign"):
             finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
                               if node["Alive"])
             out = finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
-                self._light_pair(), cfg, pl, self.parting[0], finish_cpus, forward[0],
-                forward[1], None if backward is None else backward[0],
-                [] if backward is None else backward[1], embeddings, scale(self.chans),
+                self._light_pair(), cfg, pl, self.parting[0], finish_cpus, _flat(forward[0]),
+                _flat(forward[1]), None if backward is None else _flat(backward[0]),
+                [] if backward is None else _flat(backward[1]), embeddings, scale(self.chans),
                 self.ops, self.prepared, resume)
             metrics, finish_usage = ray.get(out[:2])
-        self.usage += [*usage, finish_usage]
+        self.usage.append(finish_usage)
         return metrics, out[2:]
+
+    def _auctioned(self, pl: Plan, dense: bool) -> bool:
+        """Whether the one-to-one decoding runs on the part actors (:meth:`_assign`): the
+        sparse auction on unrefined candidates, no polish and no backward search (which the
+        others need in one process)."""
+        ac = self.cfg.assign
+        return (ac.method == "one-to-one" and ac.one_to_one in ("auto", "sparse")
+                and not dense and not self.cfg.refine.enabled and not ac.polish
+                and pl.sources is None)
+
+    def _assign(self, forward: tuple[list, list], resume: write.Location
+                ) -> tuple[dict, list[ray.ObjectRef]]:
+        """:func:`one_to_one` on the part actors, then each concludes its rows; the
+        combined metrics and the parts' pieces."""
+        w, P, pair = self.workers, self.P, self.pair
+        one_to_one(w, *forward, pair.target.num_nodes, self.parting[1].part, self.events)
+        out = [w[q].conclude.options(num_returns=2).remote(
+            q, scale(self.chans), pair.gold, self.prepared, resume) for q in range(P)]
+        found = metrics.combined(ray.get([o[1] for o in out])) if pair.gold is not None else {}
+        if pair.gold is not None and not found["evaluated"]:
+            raise InputError(NO_GOLD_ASKED)
+        found = self.prepared.described(found)
+        checkpoint.save_done(resume, found, P)
+        return found, [o[0] for o in out]
 
     def report(self) -> dict[str, Any]:
         """What the run's metrics say about the distribution."""
@@ -243,8 +324,9 @@ class Run:
         return [w[p].concat.remote(scales, *blocks[p]) for p in range(P)]
 
     def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
-                base: list, base_nodes: np.ndarray) -> tuple[list, list[np.ndarray]]:
-        """Per query part, the merged top-k of its ``query_nodes`` over every shard.
+                base: list, base_nodes: np.ndarray) -> tuple[list[list], list[list[np.ndarray]]]:
+        """Per query part, the merged top-k of its ``query_nodes`` over every shard, and
+        those nodes, in chunks (ascending).
 
         An IVF ``nprobe`` is tuned first, on the same sample of query nodes as in one process:
         each shard reports the best score it finds for them and the exact best in the shard,
@@ -268,7 +350,8 @@ class Run:
 
             self.searched[key] = tune_nprobe(measure, opts["nprobe"], recall)
             opts = {**opts, "nprobe": self.searched[key]["nprobe"]}
-        merged, rows = [], []
+        merged: list[list[ray.ObjectRef]] = [[] for _ in range(self.P)]
+        rows: list[list[np.ndarray]] = [[] for _ in range(self.P)]
         for q in range(self.P):
             self.events("search", {"direction": key, "part": q, "workers": self.workers})
             part = query_nodes[qpart.part[query_nodes] == q]
@@ -278,8 +361,8 @@ class Run:
                                                       qpart.position[nodes], base[p],
                                                       shard_rows[p], shard_ids[p], opts)
                         for p in shards]
-                merged.append(self.workers[q].merge.remote(k, *hits))
-                rows.append(nodes)
+                merged[q].append(self.workers[q].merge.remote(k, *hits))
+                rows[q].append(nodes)
             log.info("search %s: part %d/%d, %d queries through %d shards", key, q + 1,
                      self.P, part.size, len(shards))
         return merged, rows

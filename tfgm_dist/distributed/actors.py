@@ -16,11 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint, write
+from ..assign import Bidders, Sellers, listed_score, score_span
 from ..auto import Prepared
 from ..config import Config, EmbedConfig
 from ..embed import LayerParams, Operator, layer
 from ..partition import Partition
-from ..pipeline import Pair, Plan, Scored, conclude, refined
+from ..pipeline import Pair, Plan, Result, Scored, conclude, evaluate, refined
 from ..search import IVF_KINDS, Candidates, build_index, exact_best, probe, search, set_nprobe
 from ..stopwatch import Stopwatch, peak_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
@@ -29,6 +30,11 @@ from .halo import GraphPart
 log = logging.getLogger("tfgm_dist")
 
 RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or task
+
+
+class LostState(RuntimeError):
+    """A restarted part actor was asked to go on with an auction its former self held: the
+    driver runs the stages again on fresh actors, as after a lost node."""
 
 
 @dataclass
@@ -58,9 +64,56 @@ def _threads(num_cpus: float) -> int:
     return n
 
 
+class AuctionSide:
+    """One part's side of the distributed one-to-one auction (:func:`.one_to_one`): it bids
+    for the part's sources, whose candidate lists it holds, and sells the part's targets.
+    The state lives from :meth:`bidders` and :meth:`sellers` to the end of the auction."""
+
+    def __init__(self, role: str) -> None:
+        self.usage = Usage(role)
+        self.bidding: Bidders | None = None
+        self.selling: Sellers | None = None
+
+    def span(self, *chunks: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
+        """:func:`~tfgm_dist.assign.score_span` of this part's candidate lists (``chunks``:
+        its queries' merged top-k, in order)."""
+        return score_span(_listed(chunks))
+
+    def bidders(self, rows: np.ndarray, num_targets: int, span: tuple[float, float],
+                home: torch.Tensor, parts: int, *chunks: tuple[np.ndarray, np.ndarray]) -> None:
+        """Take part in the one-to-one auction with the sources ``rows`` (ascending) and
+        their lists ``chunks``; ``home``: the part that sells each target."""
+        self.listed = _listed(chunks)
+        self.rows = torch.from_numpy(rows)
+        self.bidding = Bidders(self.listed, self.rows, num_targets, span, home, parts)
+
+    def matched(self) -> np.ndarray:
+        """The target of each of this part's sources, ``-1`` where unmatched."""
+        return _held(self.bidding).matched().numpy()
+
+    def sellers(self, nodes: np.ndarray) -> None:
+        """Take part in the one-to-one auction as the seller of the targets ``nodes``."""
+        self.selling = Sellers(torch.from_numpy(nodes))
+
+    def bid(self, eps: float, *outcome: Any) -> tuple:
+        """:meth:`Bidders.bid`: the number of free sources, then the bids for each part."""
+        start = time.perf_counter()
+        free, bids = _held(self.bidding).bid(eps, *outcome)
+        self.usage.add("assign", start)
+        return (free, *bids)
+
+    def resolve(self, *bids: Any) -> Any:
+        """:meth:`Sellers.resolve`: each part's outcome (one return per part)."""
+        start = time.perf_counter()
+        outcome = _held(self.selling).resolve(*bids)
+        self.usage.add("assign", start)
+        return outcome[0] if len(outcome) == 1 else tuple(outcome)
+
+
 @ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
-class PartWorker:
-    """Part ``p`` of both graphs: its embedding rows, layer by layer, and its FAISS shard."""
+class PartWorker(AuctionSide):
+    """Part ``p`` of both graphs: its embedding rows, layer by layer, its FAISS shard, and
+    its side of the one-to-one auction."""
 
     def __init__(self, p: int, parts: tuple[GraphPart, GraphPart], specs: list[EmbedConfig],
                  params: list[list[LayerParams]], num_cpus: float, device: str) -> None:
@@ -71,7 +124,7 @@ class PartWorker:
                        for channel in params]
         self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
         self.shard = SearchShard()
-        self.usage = Usage(f"part {p}")
+        super().__init__(f"part {p}")
 
     def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
         """A layer's result: the part's rows, then the slice for each consumer if ``send``
@@ -133,8 +186,38 @@ class PartWorker:
         self.usage.add("search", start)
         return out
 
+    def conclude(self, q: int, scale: float, gold: tuple[np.ndarray, np.ndarray] | None,
+                 prepared: Prepared, resume: write.Location) -> tuple[Result, dict]:
+        """This part's rows decoded, with confidence, kept in ``resume`` (see
+        :mod:`tfgm_dist.checkpoint`); and their evaluation, for
+        :func:`~tfgm_dist.metrics.combined`. Ends the auction."""
+        start = time.perf_counter()
+        matched = torch.from_numpy(self.matched())
+        piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
+                       scale=scale)
+        if gold is not None:
+            piece.metrics = evaluate(self.listed, self.rows, matched, gold)
+        piece = prepared.finish_part(piece, gold)
+        found, piece.metrics = piece.metrics, {}
+        checkpoint.save_piece(resume, q, piece)
+        self.bidding = self.selling = None
+        self.usage.add("assign", start)
+        return piece, found
+
     def report(self) -> dict[str, Any]:
         return {**self.usage.report(), "threads": self.threads, "device": self.device}
+
+
+def _held(side: Any) -> Any:
+    if side is None:
+        raise LostState("this part's actor was restarted in the middle of the auction")
+    return side
+
+
+def _listed(chunks: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Candidates:
+    """One part's candidate lists from its chunks' merged top-k."""
+    return Candidates(torch.from_numpy(np.concatenate([s for s, _ in chunks])),
+                      torch.from_numpy(np.concatenate([i for _, i in chunks])))
 
 
 def _take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -232,10 +315,7 @@ class ShardedIndex:
 def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], n: int
             ) -> Candidates:
     """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""
-    scores = np.concatenate([s for s, _ in lists])
-    index = np.concatenate([i for _, i in lists])
-    return Candidates(torch.from_numpy(scores), torch.from_numpy(index)).scatter_rows(
-        torch.from_numpy(np.concatenate(rows)), n)
+    return _listed(lists).scatter_rows(torch.from_numpy(np.concatenate(rows)), n)
 
 
 @ray.remote(max_retries=RESTARTS)
