@@ -8,15 +8,21 @@ in the run's metrics.
 """
 from __future__ import annotations
 
+import io
 import logging
+import subprocess
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from .errors import InputError
+
+if TYPE_CHECKING:  # not imported at run time: METIS runs in a child that needs no torch
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +101,29 @@ def _symmetric(edge_index: torch.Tensor, n: int) -> sp.csr_matrix:
 
 
 def _metis(adj: sp.csr_matrix, parts: int, seed: int) -> np.ndarray:
-    options = pymetis.Options(seed=seed)
-    _, membership = pymetis.part_graph(parts, pymetis.CSRAdjacency(adj.indptr, adj.indices),
-                                       options=options)
-    return np.asarray(membership, dtype=np.int64)
+    """METIS's parts of ``adj``, computed in a child process of its own.
+
+    METIS draws from the C library's ``rand()``, whose state the whole process shares: in a
+    Ray driver, whose runtime threads run beside it, the same 300,000-node graph and seed
+    gave another partition in 1 of 3 runs, as did two runs of the 1M-node pair (so other
+    FAISS shards, another tuned ``nprobe``, other IVF results). A fresh interpreter has no
+    other thread to draw from it; starting it costs about 0.75 s. (Not ``multiprocessing``: its
+    ``spawn`` imports the caller's main script again, which fails in a script without a
+    ``__main__`` guard.)"""
+    sent = io.BytesIO()
+    np.savez(sent, indptr=adj.indptr, indices=adj.indices, parts=parts, seed=seed)
+    child = subprocess.run([sys.executable, "-c", "from tfgm_dist.partition import _metis_child; "
+                            "_metis_child()"], input=sent.getvalue(), capture_output=True)
+    if child.returncode:
+        raise RuntimeError("METIS failed in its child process: "
+                           + child.stderr.decode(errors="replace").strip()[-2000:])
+    return np.load(io.BytesIO(child.stdout))
+
+
+def _metis_child() -> None:
+    """The child of :func:`_metis`: a graph in on stdin, its parts out on stdout (``.npy``)."""
+    got = np.load(io.BytesIO(sys.stdin.buffer.read()))
+    _, membership = pymetis.part_graph(
+        int(got["parts"]), pymetis.CSRAdjacency(got["indptr"], got["indices"]),
+        options=pymetis.Options(seed=int(got["seed"])))
+    np.save(sys.stdout.buffer, np.asarray(membership, dtype=np.int64))
