@@ -175,8 +175,12 @@ class Run:
             self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
             # Held for the run: a restarted actor is rebuilt from these objects.
             self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
-            # for the refinement: built here once, not again in the finishing task
-            self.ops = ray.put(ops)
+            self.plan = plan(pair, cfg)
+            self.dense = (dense_assignment(cfg.assign, self.plan.rows.size,
+                                           self.plan.targets.size) and not cfg.refine.enabled)
+            self.auctioned = self._auctioned(self.plan, self.dense)
+            # for the finishing task's refinement: built here once, not again there
+            self.ops = None if self.auctioned else ray.put(ops)
             del per_graph, ops
         self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
         actors = dict(params=[layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans],
@@ -208,7 +212,7 @@ class Run:
     def _decide(self, resume: write.Location, params: list[list[LayerParams]], memory: int
                 ) -> tuple[dict, list[ray.ObjectRef]]:
         """embed, search, refine and assign; the metrics and the decided source parts."""
-        pair, cfg, P = self.pair, self.cfg, self.P
+        cfg, P = self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
             p, self.part_refs[p], [c.embed for c in self.chans], params, self.actor_cpus,
             self.device)
@@ -218,17 +222,14 @@ class Run:
                 blocks: list[ray.ObjectRef] = []
                 emb = [self._embed(g, blocks) for g in (0, 1)]
                 _completed(blocks + emb[0] + emb[1], "embed", "blocks")
-            pl = plan(pair, cfg)
+            pl = self.plan
             with self.watch.stage("search"):
                 forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
                 backward = None if pl.sources is None else self._search(
                     "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
                 _completed([*_flat(forward[0]), *(_flat(backward[0]) if backward else [])],
                            "search", "parts")
-            dense = (dense_assignment(cfg.assign, pl.rows.size, pl.targets.size)
-                     and not cfg.refine.enabled)
-            auctioned = self._auctioned(pl, dense)
-            if auctioned:
+            if self.auctioned:
                 with self.watch.stage("assign"):
                     metrics, pieces = self._assign(forward, resume)
             usage = [usage_of(w, f"part {p}") for p, w in enumerate(self.workers)]
@@ -236,10 +237,10 @@ class Run:
             for w in self.workers:
                 ray.kill(w)
         self.usage += usage
-        if auctioned:
+        if self.auctioned:
             return metrics, pieces
         embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
-                      if dense else None)
+                      if self.dense else None)
         with self.watch.stage("refine+assign"):
             finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
                               if node["Alive"])
