@@ -4,6 +4,7 @@
     python -m jobs.bench_ray --only synth --sizes 100000 --partitions 1,2,4
     python -m jobs.bench_ray --only dbp15k --pairs zh_en
     python -m jobs.bench_ray --only synth --sizes 1000000 --partitions ""   # one process only
+    python -m jobs.bench_ray --only auction --partitions 2,4
 
 Every run is the real command, ``tfgm-dist align [--partitions P]``, in a new process that
 starts its own local Ray cluster (the start is part of the wall time, as it is for a user).
@@ -14,8 +15,13 @@ overhead against the single-process run.
 - DBP15k: the protocol of ``bench_engine`` (seeds, refinement, ranked against the test
   targets), config ``jobs/configs/dbp15k.toml``.
 - Synthetic: ``tfgm-dist synth`` pairs (power-law degrees, mean degree 10, 5 % edge noise,
-  128-wide noisy features), embedded with L = 2, searched with FAISS IVF (k = 10), decoded by
-  argmax: ``jobs/configs/synthetic.toml``.
+  128-wide noisy features) with no config file, as a new user runs them (above 200,000
+  nodes: IVF with nprobe tuned on the merged shards, no refinement, the one-to-one auction
+  on the part actors).
+- Auction: :func:`tfgm_dist.distributed.one_to_one` over P actors against
+  :func:`tfgm_dist.assign.sparse_one_to_one` in this process, on random candidate lists
+  (:func:`lists`) whose scores are continuous or take 5 values (tied: thousands of rounds);
+  seconds, rounds, milliseconds per round, and whether the matchings are equal.
 """
 from __future__ import annotations
 
@@ -26,7 +32,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import time
+
+import numpy as np
+import ray
+import torch
+
 from jobs.bench_engine import CONFIGS, DATA, prepare_dbp, run_cli
+from tfgm_dist.search import Candidates
 
 STAGES = ("load", "features", "partition", "embed", "search", "refine+assign", "refine",
           "assign", "write")
@@ -72,14 +85,67 @@ def bench_synth(sizes: list[int], partitions: list[int]) -> None:
             subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth",
                             f"{tmp}/in", "--nodes", str(n)], check=True,
                            stdout=subprocess.DEVNULL)
-            _table(f"Synthetic pair, {n:,} nodes each (jobs/configs/synthetic.toml)",
-                   [f"{tmp}/in/source", f"{tmp}/in/target", "--gold", f"{tmp}/in/gold.parquet",
-                    "--config", str(CONFIGS / "synthetic.toml")], partitions, Path(tmp))
+            _table(f"Synthetic pair, {n:,} nodes each (no config)",
+                   [f"{tmp}/in/source", f"{tmp}/in/target", "--gold", f"{tmp}/in/gold.parquet"],
+                   partitions, Path(tmp))
+
+
+def lists(n_s: int, n_t: int, k: int, levels: int, seed: int) -> Candidates:
+    """Random candidate lists: ``k`` distinct targets of ``n_t`` per source, scores uniform in
+    [0, 1] and rounded to ``levels + 1`` values (unrounded for 0), 5 % of entries ``-inf``
+    (not edges). Rounded, many sources tie on the same targets, and the auction takes
+    hundreds to thousands of rounds."""
+    g = torch.Generator().manual_seed(seed)
+    index = torch.stack([torch.randperm(n_t, generator=g)[:k] for _ in range(n_s)])
+    scores = torch.rand(n_s, k, generator=g)
+    if levels:
+        scores = (scores * levels).round() / levels
+    scores[torch.rand(n_s, k, generator=g) < 0.05] = -torch.inf
+    return Candidates.sorted(scores, index)
+
+
+AUCTIONS = (("untied, 100,000 x 10", 100_000, 0), ("tied (5 levels), 2,000 x 10", 2_000, 4))
+
+
+def bench_auction(partitions: list[int]) -> None:
+    from tfgm_dist.assign import sparse_one_to_one
+    from tfgm_dist.distributed import connect, one_to_one
+    from tfgm_dist.distributed.actors import AuctionSide
+
+    connect("")
+    cpus = ray.cluster_resources().get("CPU", 1)
+    print("\n### The one-to-one auction on Ray against one process\n")
+    print("| lists | run | seconds | rounds | ms per round | equal to one process |")
+    print("|---|---|---|---|---|---|")
+    for label, n, levels in AUCTIONS:
+        c = lists(n, n, 10, levels, seed=0)
+        start = time.perf_counter()
+        one = sparse_one_to_one(c, n).numpy()
+        print(f"| {label} | 1 process | {time.perf_counter() - start:.2f} | - | - | - |",
+              flush=True)
+        for P in partitions:
+            sides = [ray.remote(AuctionSide).options(num_cpus=cpus / P).remote(f"part {q}")
+                     for q in range(P)]
+            ray.get([s.__ray_ready__.remote() for s in sides])  # started: not timed
+            rows = [[np.arange(q, n, P)] for q in range(P)]
+            chunks = [[ray.put((c.scores[r[0]].numpy(), c.index[r[0]].numpy()))] for r in rows]
+            home = np.arange(n) % P
+            start = time.perf_counter()
+            rounds = one_to_one(sides, chunks, rows, n, home)
+            took = time.perf_counter() - start
+            got = np.empty(n, dtype=np.int64)
+            for q, side in enumerate(sides):
+                got[rows[q][0]] = ray.get(side.matched.remote())
+            print(f"| {label} | Ray, P = {P} | {took:.2f} | {rounds} | "
+                  f"{1000 * took / max(rounds, 1):.1f} | {np.array_equal(got, one)} |", flush=True)
+            for side in sides:
+                ray.kill(side)
+    ray.shutdown()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("dbp15k", "synth"))
+    p.add_argument("--only", choices=("dbp15k", "synth", "auction"))
     p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
     p.add_argument("--sizes", default="100000,1000000")
     p.add_argument("--partitions", default="1,2,4")
@@ -93,6 +159,8 @@ def main() -> None:
         bench_dbp(args.pairs.split(","), partitions)
     if args.only in (None, "synth"):
         bench_synth([int(x) for x in args.sizes.split(",")], partitions)
+    if args.only in (None, "auction"):
+        bench_auction(partitions)
 
 
 if __name__ == "__main__":

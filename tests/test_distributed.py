@@ -148,14 +148,13 @@ def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster):
     """tfgm_dist.distributed.one_to_one over two actors: the sources in two parts, the
     targets in two others; tied lists that take over 100 rounds give one process's
     matching."""
-    from test_assign import tied_lists
-
+    from jobs.bench_ray import lists
     from tfgm_dist.assign import sparse_one_to_one
     from tfgm_dist.distributed import one_to_one
     from tfgm_dist.distributed.actors import AuctionSide
 
     n_s, n_t, P = 500, 520, 2
-    c = tied_lists(n_s, n_t, 10, 3, seed=3)
+    c = lists(n_s, n_t, 10, 3, seed=3)
     home = np.random.default_rng(0).integers(0, P, n_t)
     part = np.arange(n_s) % P
     rows = [[r[:100], r[100:]] for r in (np.flatnonzero(part == q) for q in range(P))]

@@ -155,7 +155,8 @@ def split_seeds(seeds: Pairs, seed: int, share: float = HELD_OUT_SHARE
                 ) -> tuple[Pairs, Pairs] | None:
     """Seed pairs cut into ``(kept, held_out)``: a seeded sample of ``share`` of them (at
     least one) held out, the rest kept; ``None`` with fewer than 2 pairs. Deterministic in
-    ``seed`` and the pairs' order in the file, so reruns estimate on the same pairs."""
+    ``seed`` and the pairs (a :class:`Pair` holds them by source, whatever the file's order),
+    so reruns estimate on the same pairs."""
     m = seeds[0].size
     if m < 2:
         return None

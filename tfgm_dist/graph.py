@@ -1,8 +1,9 @@
 """The canonical graph every loader produces and every later stage consumes.
 
-Nodes are numbered ``0 .. num_nodes - 1`` in the order the loader first saw them; ``ids``
-maps those contiguous numbers back to the user's ids (ints or strings), so that every output
-can speak the user's ids again.
+Nodes are numbered ``0 .. num_nodes - 1`` in the order the loader first saw them (a run
+renumbers them in the order of their ids, :meth:`Graph.by_id`); ``ids`` maps those
+contiguous numbers back to the user's ids (ints or strings), so that every output can speak
+the user's ids again.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from .errors import InputError
@@ -85,6 +87,14 @@ class Graph:
             raise InputError(f"{what}: {place}: id {user_ids[i].as_py()!r} is not a node of "
                              f"{self.source}")
         return pos.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def by_id(self) -> "Graph":
+        """The same graph with its nodes numbered in the sort order of their ids, whatever
+        order the input listed them in."""
+        order = pc.sort_indices(self.ids).to_numpy().astype(np.int64)
+        if np.array_equal(order, np.arange(order.size)):
+            return self
+        return self.permuted(torch.from_numpy(order))
 
     def permuted(self, perm: torch.Tensor) -> "Graph":
         """The same graph with node ``perm[i]`` renumbered ``i``.

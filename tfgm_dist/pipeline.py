@@ -48,6 +48,11 @@ class Pair:
     # like the seeds, but still searched and output
     hints: tuple[np.ndarray, np.ndarray] | None = None
 
+    def __post_init__(self) -> None:
+        if self.seeds is not None:  # by source: the order of a seed file's lines is no input
+            order = np.argsort(self.seeds[0], kind="stable")
+            object.__setattr__(self, "seeds", (self.seeds[0][order], self.seeds[1][order]))
+
     def anchored(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The seeds and the hints together: the pairs the anchor channel is built from."""
         if self.hints is None:
@@ -61,8 +66,15 @@ def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Confi
               fmt: str | None = None, seeds: str | Path | None = None,
               gold: str | Path | None = None, candidates: str | Path | None = None,
               queries: str | Path | None = None) -> Pair:
-    """Load both graphs (or take them as given), shuffle the target, resolve the id files."""
-    g_s, g_t = (g if isinstance(g, Graph) else load_graph(g, fmt, cfg.job.columns)
+    """Load both graphs (or take them as given), number their nodes in the order of their
+    ids, shuffle the target, resolve the id files.
+
+    Numbered by id, not by first appearance, and with the seed pairs in the order of their
+    sources (:class:`Pair`), a run does not depend on the order of the rows of its input
+    files: ties (the auction's lowest source number) and the seeded draws (refinement's
+    indicators, the anchors' vectors, the held-out seeds) fall alike however a file was
+    written."""
+    g_s, g_t = ((g if isinstance(g, Graph) else load_graph(g, fmt, cfg.job.columns)).by_id()
                 for g in (source, target))
     gen = torch.Generator().manual_seed(cfg.seed)
     g_t = g_t.permuted(torch.randperm(g_t.num_nodes, generator=gen))
