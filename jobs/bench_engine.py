@@ -124,7 +124,7 @@ def yeast_child(noise: int, runs: int) -> dict:
         with watch.stage("load"):
             src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
             pair = load_pair(src, DATA / "yeast_ppi" / f"yeast{noise}_Y2H1.txt", cfg)
-            gold = (np.arange(src.num_nodes), pair.target.index_of(src.ids, "gold"))
+            gold = tuple(g.index_of(src.ids, "gold") for g in (pair.source, pair.target))
             pair = Pair(pair.source, pair.target, gold=gold)
         result = align(pair, cfg, watch)
         secs.append(time.perf_counter() - start)

@@ -80,7 +80,7 @@ def bench_yeast(seeds: int) -> None:
                 cfg = with_overrides(base, seed=seed)
                 start = time.perf_counter()
                 pair = load_pair(source, YEAST / f"yeast{t}_Y2H1.txt", cfg)
-                gold = (np.arange(source.num_nodes), pair.target.index_of(source.ids, "gold"))
+                gold = tuple(g.index_of(source.ids, "gold") for g in (pair.source, pair.target))
                 pair = Pair(pair.source, pair.target, gold=gold)
                 result = (align(pair, cfg) if kind == "unsup"
                           else align_supervised(pair, collection, cfg))

@@ -264,7 +264,8 @@ def test_bootstrapping_or_the_polish_lifts_yeast_at_25_percent_noise_without_see
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
     pair = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast25_Y2H1.txt", Config())
     pair = pipeline.Pair(pair.source, pair.target,
-                         gold=(np.arange(src.num_nodes), pair.target.index_of(src.ids, "gold")))
+                         gold=(pair.source.index_of(src.ids, "gold"),
+                               pair.target.index_of(src.ids, "gold")))
     fewer = {"refine": {"steps": 40}}  # of 100: the same lifts in 60 % of the time
     boot = auto.align(pair, from_dict({**fewer, "bootstrap": {"rounds": 1},
                                        "assign": {"polish": False}}))
@@ -323,8 +324,8 @@ def test_with_seeds_the_polish_is_kept_only_if_the_held_out_seeds_gain():
     from tfgm_dist.load import load_graph
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
     pair = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast25_Y2H1.txt", Config())
-    truth = pair.target.index_of(src.ids, "gold")
-    seeded = pipeline.Pair(pair.source, pair.target, seeds=(np.arange(200), truth[:200]))
+    nodes, truth = (g.index_of(src.ids, "gold") for g in (pair.source, pair.target))
+    seeded = pipeline.Pair(pair.source, pair.target, seeds=(nodes[:200], truth[:200]))
     _, cfg, prepared = auto.prepare(seeded, Config(), Stopwatch())
     report = prepared.report["polish"]
     held = report["held_out_hits@1"]
