@@ -96,7 +96,13 @@ def lists(n_s: int, n_t: int, k: int, levels: int, seed: int) -> Candidates:
     (not edges). Rounded, many sources tie on the same targets, and the auction takes
     hundreds to thousands of rounds."""
     g = torch.Generator().manual_seed(seed)
-    index = torch.stack([torch.randperm(n_t, generator=g)[:k] for _ in range(n_s)])
+    index = torch.randint(n_t, (n_s, k), generator=g)
+    while True:  # redraw the rows that name a target twice (a randperm per row is O(n_s n_t))
+        ordered = index.sort(dim=1).values
+        twice = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1).nonzero().flatten()
+        if not len(twice):
+            break
+        index[twice] = torch.randint(n_t, (len(twice), k), generator=g)
     scores = torch.rand(n_s, k, generator=g)
     if levels:
         scores = (scores * levels).round() / levels
