@@ -1,5 +1,5 @@
 """The Ray pipeline on a real local cluster: the same rows as one process, for any P, and
-after an actor is killed mid-embedding or in the one-to-one auction."""
+after an actor is killed mid-embedding, in the refinement or in the one-to-one auction."""
 import json
 from pathlib import Path
 
@@ -208,6 +208,10 @@ KILLS = {
                       and info["layer"] == 3),
     "in the auction": ("[refine]\nenabled = false\n[assign]\none_to_one = \"sparse\"",
                        lambda event, info: event == "assign-round" and info["round"] == 2),
+    "in the refinement": ("[refine]\nenabled = true\nsteps = 4\ndim = 32\n[bootstrap]\n"
+                          "rounds = 0\n[assign]\none_to_one = \"sparse\"",
+                          lambda event, info: event == "refine-step" and info["direction"] == 1
+                          and info["step"] == 2),
 }
 
 
@@ -237,3 +241,42 @@ def from_toml(text: str) -> Config:
 
     from tfgm_dist.config import from_dict
     return from_dict(tomllib.loads(textwrap.dedent(text)))
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_refinement_and_the_auction_on_the_part_actors_equal_one_process(cluster, tmp_path,
+                                                                         seeded):
+    """Refinement sharded like the embedding (both directions, seeds pinned), then the
+    auction, on three parts: the rows, scores, metrics and confidence are one process's.
+    Without seeds the confidence is fitted on the mutual matches of every part's rows."""
+    data = write_pair(tmp_path / "data", 1500, seed=3)
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    if seeded:
+        paths["seeds"] = tmp_path / "seeds.parquet"
+        pq.write_table(pq.read_table(data["gold"]).slice(0, 150), paths["seeds"])
+    base = from_toml("""
+        top_k = 3
+        [embed]
+        layers = 2
+        [search]
+        k = 10
+        [refine]
+        enabled = true
+        steps = 4
+        dim = 32
+        [bootstrap]
+        rounds = 0
+        [assign]
+        method = "one-to-one"
+        one_to_one = "sparse"
+    """)
+    single = run_job(job(base, tmp_path / "single", 0, **paths))
+    p = 3
+    metrics = run_job(job(base, tmp_path / f"p{p}", p, **paths))
+    (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
+    assert ta.num_rows > 0 and ta.equals(tb)
+    for key in ("accuracy", "hits@1", "hits@10", "reliability", "estimate"):
+        assert metrics[key] == single[key], key
+    assert metrics["mrr"] == pytest.approx(single["mrr"], abs=1e-12)
+    assert {"refine", "assign"} <= set(metrics["seconds"])
+    assert "refine+assign" not in metrics["seconds"]

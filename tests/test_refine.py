@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from tfgm_dist.config import EmbedConfig
+from tfgm_dist.distributed.consensus import Consensus, merged, transposed_entries
 from tfgm_dist.embed import RowBlock, embed, graph_operator, whole
 from tfgm_dist.features import degree_sinusoidal, degrees
 from tfgm_dist.graph import Graph
-from tfgm_dist.refine import merge, refine
+from tfgm_dist.refine import indicator_rows, list_width, merge, refine
 from tfgm_dist.search import Candidates, top_k
 
 INF = float("inf")
@@ -189,3 +190,88 @@ def test_merge_of_refined_directions_holds_entries_of_both(pair):
     narrow = merge(fwd, bwd, 10)
     assert narrow.k == 10
     assert torch.equal(narrow.index, m.index[:, :10])
+
+
+def test_indicator_rows_are_those_of_one_draw():
+    """A part keeps its rows of the step's indicators: the same numbers as one process's
+    ``torch.randn(n, dim)``, step after step, whatever the chunking."""
+    nodes = np.array([0, 5, 16383, 16384, 40000, 40001])
+    one, part = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    for _ in range(2):
+        full = torch.randn(40002, 3, generator=one)
+        assert torch.equal(indicator_rows(part, 40002, 3, nodes), full[nodes])
+
+
+def split(pair: Pair, c: Candidates, backward: bool, fixed, P: int = 3, steps: int = 5,
+          dim: int = 32) -> Candidates:
+    """:func:`refine` as a Ray run does it, in process: the source and target rows dealt
+    to ``P`` parts at random, each part a :class:`Consensus` that exchanges only its
+    contributions and served rows; the propagation (tested equal on parts elsewhere) by
+    ``embed`` on whole graphs, sliced."""
+    bs, bt = (pair.block_t, pair.block_s) if backward else (pair.block_s, pair.block_t)
+    n_s, n_t = bs.nodes.numel(), bt.nodes.numel()
+    g = np.random.default_rng(1)
+    part_s, part_t = g.integers(0, P, n_s), g.integers(0, P, n_t)
+    position_t = np.zeros(n_t, dtype=np.int64)
+    nodes_s = [np.flatnonzero(part_s == p) for p in range(P)]
+    nodes_t = [np.flatnonzero(part_t == p) for p in range(P)]
+    for t in nodes_t:
+        position_t[t] = np.arange(t.size)
+    width = list_width(c)
+    parts = []
+    for p in range(P):
+        mine = np.isin(fixed[0].numpy(), nodes_s[p])
+        pinned = (torch.from_numpy(np.searchsorted(nodes_s[p], fixed[0].numpy()[mine])),
+                  fixed[1][torch.from_numpy(mine)])
+        parts.append(Consensus(c.take_rows(torch.from_numpy(nodes_s[p])), nodes_s[p], part_t,
+                               position_t, P, width, n_s, steps=steps, scale=SCALE,
+                               fixed=pinned, dim=dim, seed=0))
+    for q in range(P):
+        parts[q].receive([x.patterns()[q] for x in parts], [x.needs()[q] for x in parts],
+                         nodes_t[q].size)
+    for _ in range(steps):
+        r_s = torch.empty(n_s, dim)
+        for p, x in enumerate(parts):
+            r_s[nodes_s[p]] = x.draw()
+        sent = [x.contributions() for x in parts]
+        r_t = torch.empty(n_t, dim)
+        for q, x in enumerate(parts):
+            r_t[nodes_t[q]] = x.transposed(*[s[q] for s in sent])
+        o_s, o_t = embed(r_s, bs, PSI), embed(r_t, bt, PSI)
+        served = [x.serve(o_t[nodes_t[q]].numpy()) for q, x in enumerate(parts)]
+        for p, x in enumerate(parts):
+            x.update(o_s[nodes_s[p]].numpy(), *[s[p] for s in served])
+    out = Candidates(torch.empty(n_s, c.k), torch.empty(n_s, c.k, dtype=torch.long))
+    for p, x in enumerate(parts):
+        got = x.result()
+        out.scores[nodes_s[p]], out.index[nodes_s[p]] = got.scores, got.index
+    return out
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_refinement_split_into_parts_equals_one_process(pair, backward):
+    """Each part sums its targets' rows of S^T r_s from the others' contributions, in one
+    process's order: the refined lists are one process's, float for float, pinned seeds
+    included; and the merge of both directions done per part (what each part receives of
+    the other direction) is :func:`merge`'s."""
+    c = pair.backward if backward else pair.forward
+    fixed = (torch.tensor([3, 50, 77]), pair.truth[[3, 50, 77]])
+    if backward:
+        fixed = (fixed[1], fixed[0])
+    one = run(c, pair, steps=5, dim=32, fixed=fixed, backward=backward)
+    got = split(pair, c, backward, fixed)
+    assert torch.equal(got.index, one.index) and torch.equal(got.scores, one.scores)
+
+
+def test_the_merge_split_into_parts_equals_merge(pair):
+    P, n = 3, pair.forward.index.size(0)
+    part = np.random.default_rng(2).integers(0, P, n)
+    nodes = [np.flatnonzero(part == p) for p in range(P)]
+    one = merge(pair.forward, pair.backward, 10)
+    sent = [transposed_entries(pair.backward.take_rows(torch.from_numpy(t)), t, part, P)
+            for t in nodes]
+    for p in range(P):
+        got = merged(pair.forward.take_rows(torch.from_numpy(nodes[p])), nodes[p],
+                     *[s[p] for s in sent])
+        want = one.take_rows(torch.from_numpy(nodes[p]))
+        assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)

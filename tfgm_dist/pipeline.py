@@ -300,15 +300,21 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     return refined(pair, cfg, scored, ops, watch)
 
 
+def consensus_psi(cfg: Config) -> EmbedConfig:
+    """The weight-free :math:`\\psi_2` of the refinement: its own depth and input block,
+    the embedding's operator."""
+    rc = cfg.refine
+    return EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
+                       self_loops=cfg.embed.self_loops, include_input=rc.include_input)
+
+
 def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operator],
             watch: Stopwatch) -> Scored:
     """``scored`` after the training-free consensus in both directions, when enabled."""
     if not cfg.refine.enabled:
         return scored
     with watch.stage("refine"):
-        rc = cfg.refine
-        psi = EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
-                          self_loops=cfg.embed.self_loops, include_input=rc.include_input)
+        rc, psi = cfg.refine, consensus_psi(cfg)
         fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
         block_s, block_t = whole(ops[0]), whole(ops[1])
         common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scored.scale, seed=cfg.seed)

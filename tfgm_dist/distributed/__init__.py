@@ -10,11 +10,16 @@ graphs then runs in Ray workers, and the driver hands them object references, no
   object (:func:`graph_parts` plans who sends which rows to whom).
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and each query part's own actor merges the per-shard top-k.
-- **assign**: the sparse one-to-one auction on unrefined candidates runs on the part actors
-  (:func:`one_to_one`): each bids for its sources and sells its targets, and concludes its
-  rows. Otherwise (refinement, the dense Hungarian, mutual, the polish) one task runs the
-  single-process refine and assign on the merged candidates, and returns the result cut
-  into the source parts.
+- **refine**: each part refines the lists of its rows, both directions
+  (:mod:`.consensus`): the indicators' :math:`S^\\top r_s` is summed where the targets
+  are, :math:`\\psi_2` is the embedding's halo exchange, and each part is served the rows
+  of :math:`o_t` its lists name; then each part merges its rows' lists with the other
+  direction's entries that name them.
+- **assign**: the sparse one-to-one auction runs on the part actors (:func:`one_to_one`):
+  each bids for its sources and sells its targets, and concludes its rows. Otherwise (the
+  dense Hungarian, mutual or argmax decoding, the polish, bootstrapping) one task runs
+  the single-process refine and assign on the merged candidates, and returns the result
+  cut into the source parts.
 - **write**: one task per source part writes its rows as one file of the Parquet dataset.
 
 An actor keeps nothing it cannot rebuild: each method's result depends only on the
@@ -41,15 +46,16 @@ import ray
 
 import torch
 
-from .. import checkpoint, metrics, write
+from .. import checkpoint, estimate, metrics, write
 from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
-from ..config import Config
+from ..config import Config, EmbedConfig
 from ..embed import LayerParams, layer_params
 from ..errors import InputError
 from ..features import Channel
 from ..partition import partition
-from ..pipeline import NO_GOLD_ASKED, Pair, Plan, channels, operators, plan, scale, search_options
+from ..pipeline import (NO_GOLD_ASKED, Pair, Plan, channels, consensus_psi, operators, plan, scale,
+                        search_options)
 from ..search import IVF_KINDS, probe_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartWorker, ShardedIndex, finish,
@@ -176,15 +182,19 @@ class Run:
             # Held for the run: a restarted actor is rebuilt from these objects.
             self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
             self.plan = plan(pair, cfg)
-            self.dense = (dense_assignment(cfg.assign, self.plan.rows.size,
-                                           self.plan.targets.size) and not cfg.refine.enabled)
-            self.auctioned = self._auctioned(self.plan, self.dense)
+            self.dense = dense_assignment(cfg.assign, self.plan.rows.size,
+                                          self.plan.targets.size)
+            self.on_parts = self._on_parts(self.plan)
             # for the finishing task's refinement: built here once, not again there
-            self.ops = None if self.auctioned else ray.put(ops)
+            self.ops = None if self.on_parts else ray.put(ops)
             del per_graph, ops
         self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
-        actors = dict(params=[layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans],
-                      memory=self._actor_memory(chans))
+        specs = [c.embed for c in chans]
+        params = [layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans]
+        if cfg.refine.enabled:  # the refinement's psi_2, channel len(chans) of the actors
+            specs.append(consensus_psi(cfg))
+            params.append(layer_params(specs[-1], cfg.refine.dim))
+        actors = dict(specs=specs, params=params, memory=self._actor_memory(chans))
         del chans, ch
         for attempt in range(1, RESTARTS + 2):
             try:
@@ -209,13 +219,13 @@ class Run:
         self.usage += [u for _, u in written]
         return metrics, [entry for entry, _ in written]
 
-    def _decide(self, resume: write.Location, params: list[list[LayerParams]], memory: int
+    def _decide(self, resume: write.Location, specs: list[EmbedConfig],
+                params: list[list[LayerParams]], memory: int
                 ) -> tuple[dict, list[ray.ObjectRef]]:
         """embed, search, refine and assign; the metrics and the decided source parts."""
         cfg, P = self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
-            p, self.part_refs[p], [c.embed for c in self.chans], params, self.actor_cpus,
-            self.device)
+            p, self.part_refs[p], specs, params, self.actor_cpus, self.device)
             for p in range(P)]
         try:
             with self.watch.stage("embed"):
@@ -229,18 +239,22 @@ class Run:
                     "backward", emb[1], pl.targets, 0, emb[0], pl.sources)
                 _completed([*_flat(forward[0]), *(_flat(backward[0]) if backward else [])],
                            "search", "parts")
-            if self.auctioned:
+            if self.on_parts:
+                best: list[ray.ObjectRef] = []
+                if cfg.refine.enabled:
+                    with self.watch.stage("refine"):
+                        forward, best = self._refine([forward, backward])
                 with self.watch.stage("assign"):
-                    metrics, pieces = self._assign(forward, resume)
+                    metrics, pieces = self._assign(forward, best, resume)
             usage = [usage_of(w, f"part {p}") for p, w in enumerate(self.workers)]
         finally:
             for w in self.workers:
                 ray.kill(w)
         self.usage += usage
-        if self.auctioned:
+        if self.on_parts:
             return metrics, pieces
         embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
-                      if self.dense else None)
+                      if self.dense and not cfg.refine.enabled else None)
         with self.watch.stage("refine+assign"):
             finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
                               if node["Alive"])
@@ -253,26 +267,89 @@ class Run:
         self.usage.append(finish_usage)
         return metrics, out[2:]
 
-    def _auctioned(self, pl: Plan, dense: bool) -> bool:
-        """Whether the one-to-one decoding runs on the part actors (:meth:`_assign`): the
-        sparse auction on unrefined candidates, no polish and no backward search (which the
-        others need in one process)."""
+    def _on_parts(self, pl: Plan) -> bool:
+        """Whether the refinement (if any) and the one-to-one decoding run on the part actors
+        (:meth:`_refine`, :meth:`_assign`): the sparse auction and no polish; unrefined, no
+        backward search (only the finishing task reads one); refined, no bootstrapping
+        (the driver's first pass calibrates the hinted rows)."""
         ac = self.cfg.assign
-        return (ac.method == "one-to-one" and ac.one_to_one in ("auto", "sparse")
-                and not dense and not self.cfg.refine.enabled and not ac.polish
-                and pl.sources is None)
+        sparse = (ac.method == "one-to-one" and ac.one_to_one in ("auto", "sparse")
+                  and not self.dense and not ac.polish)
+        if self.cfg.refine.enabled:
+            return sparse and self.prepared.first is None
+        return sparse and pl.sources is None
 
-    def _assign(self, forward: tuple[list, list], resume: write.Location
-                ) -> tuple[dict, list[ray.ObjectRef]]:
+    def _refine(self, searched: list) -> tuple[tuple[list, list], list[ray.ObjectRef]]:
+        """Both directions of the refinement on the part actors, each part refining its rows
+        (:mod:`.consensus`), then merged: per part the merged lists of its output rows (as
+        :meth:`_assign` takes them), and the refs of each part's targets' best sources."""
+        w, P, cfg, pair = self.workers, self.P, self.cfg, self.pair
+        rc, psi = cfg.refine, len(self.chans)
+        spec = consensus_psi(cfg)
+        partings = [ray.put((pt.part, pt.position)) for pt in self.parting]
+        seeds = pair.seeds
+        meter = Progress("refine", 2 * rc.steps, "steps")
+        entries = []
+        for d, (chunks, rows) in enumerate(searched):
+            width = max(ray.get([w[p].list_width.remote(*chunks[p]) for p in range(P)]))
+            options = dict(num_sources=self.parting[d].part.size, steps=rc.steps,
+                           scale=scale(self.chans), dim=rc.dim, seed=cfg.seed)
+            pinned = None if seeds is None else (seeds[d], seeds[1 - d])
+            sent = [w[p].consensus.options(num_returns=2 * P).remote(
+                d, P, np.concatenate(rows[p]), partings[1 - d], width, pinned, options,
+                *chunks[p]) for p in range(P)]
+            ray.get([w[q].receive.remote(d, *[sent[p][q] for p in range(P)],
+                                         *[sent[p][P + q] for p in range(P)])
+                     for q in range(P)])
+            for step in range(rc.steps):
+                self.events("refine-step", {"direction": d, "step": step + 1, "workers": w})
+                h_s = [self._call(w[p].indicators, d, p, spec.layers > 0, d) for p in range(P)]
+                parts_of = self._per_part(
+                    [w[p].contributions.options(num_returns=P).remote(d) for p in range(P)])
+                h_t = [self._call(w[q].transposed, 1 - d, q, spec.layers > 0, d,
+                                  *[parts_of[p][q] for p in range(P)]) for q in range(P)]
+                o_s = self._kept(spec, self._propagate(d, psi, spec, h_s))
+                o_t = self._kept(spec, self._propagate(1 - d, psi, spec, h_t))
+                served = self._per_part([w[q].serve.options(num_returns=P).remote(
+                    d, *[block[q] for block in o_t]) for q in range(P)])
+                ray.get([w[p].update.remote(d, len(o_s), *[block[p] for block in o_s],
+                                            *[served[q][p] for q in range(P)])
+                         for p in range(P)])
+                meter.advance()
+            entries.append(self._per_part(
+                [w[p].refined.options(num_returns=P).remote(d) for p in range(P)]))
+        ray.get([w[p].merged.remote(d, *[entries[1 - d][q][p] for q in range(P)])
+                 for d in (0, 1) for p in range(P)])
+        source_part = self.parting[0].part
+        rows = [self.plan.rows[source_part[self.plan.rows] == q] for q in range(P)]
+        lists = [[w[q].lists_of.remote(rows[q])] for q in range(P)]
+        return (lists, [[r] for r in rows]), [w[q].best_sources.remote() for q in range(P)]
+
+    def _assign(self, forward: tuple[list, list], best: list[ray.ObjectRef],
+                resume: write.Location) -> tuple[dict, list[ray.ObjectRef]]:
         """:func:`one_to_one` on the part actors, then each concludes its rows; the
-        combined metrics and the parts' pieces."""
+        combined metrics and the parts' pieces. With ``best`` (refined), the rows that are
+        their target's best source too are known, and without held-out seeds the
+        confidence is fitted on them over every part's rows, in one process's order."""
         w, P, pair = self.workers, self.P, self.pair
         one_to_one(w, *forward, pair.target.num_nodes, self.parting[1].part, self.events)
+        score_scale = 2.0 if best else scale(self.chans)  # refined: two probabilities summed
+        decided = ray.get([w[q].decided.remote(score_scale, pair.target.num_nodes, *best)
+                           for q in range(P)])
+        fit, self_fitted = None, {}
+        if best and self.prepared.calibration is None:
+            order = np.argsort(np.concatenate([np.concatenate(r) for r in forward[1]]))
+            margin = torch.from_numpy(np.concatenate([m for m, _ in decided])[order])
+            mutual = np.concatenate([u for _, u in decided])[order]
+            fit = estimate.on_mutual(margin, mutual)
+            self_fitted = {**estimate.proxy(mutual, margin), "confidence_fitted_on": fit.fitted_on}
         out = [w[q].conclude.options(num_returns=2).remote(
-            q, scale(self.chans), pair.gold, self.prepared, resume) for q in range(P)]
+            q, pair.gold, self.prepared, resume, fit) for q in range(P)]
         found = metrics.combined(ray.get([o[1] for o in out])) if pair.gold is not None else {}
         if pair.gold is not None and not found["evaluated"]:
             raise InputError(NO_GOLD_ASKED)
+        if self_fitted:
+            found["estimate"] = self_fitted
         found = self.prepared.described(found)
         checkpoint.save_done(resume, found, P)
         return found, [o[0] for o in out]
@@ -290,35 +367,57 @@ class Run:
         return replace(self.pair, source=replace(self.pair.source, **strip),
                        target=replace(self.pair.target, **strip))
 
+    def _call(self, method, g: int, p: int, send: bool, *args) -> list[ray.ObjectRef]:
+        """``method(send, *args)`` of part ``p``'s rows of graph ``g``: the rows, then (if
+        ``send``) one slice per part whose halo holds some of them."""
+        n = 1 + len(self.exchange[g][p][1]) if send else 1
+        out = method.options(num_returns=n).remote(send, *args)
+        return [out] if n == 1 else list(out)
+
+    def _per_part(self, calls: list) -> list[list[ray.ObjectRef]]:
+        """Calls with one return per part, as lists (one return is not a list)."""
+        return [[c] if self.P == 1 else list(c) for c in calls]
+
+    def _propagate(self, g: int, c: int, spec: EmbedConfig, h: list[list[ray.ObjectRef]],
+                   on_layer: Callable[[int], None] = lambda l: None
+                   ) -> list[list[ray.ObjectRef]]:
+        """Per block (the input first where ``spec.include_input``, then each layer's),
+        per part, graph ``g``'s rows of channel ``c`` of the actors (``spec``), from
+        ``h``: each part's input rows and their slices (:meth:`_call`)."""
+        P, w, exchange = self.P, self.workers, self.exchange[g]
+        layers = [[x[0] for x in h]] if spec.include_input else []
+        for l in range(spec.layers):
+            on_layer(l)
+            h = [self._call(w[p].layer, g, p, l + 1 < spec.layers, g, c, l, h[p][0],
+                            *[h[q][1 + exchange[q][1].index(p)] for q in exchange[p][0]])
+                 for p in range(P)]
+            layers.append([x[0] for x in h])
+        return layers
+
+    @staticmethod
+    def _kept(spec: EmbedConfig, layers: list[list[ray.ObjectRef]]
+              ) -> list[list[ray.ObjectRef]]:
+        """The blocks an embedding keeps: the last alone for BasicTFGM, else every one."""
+        return [layers[-1]] if spec.basic else layers
+
     def _embed(self, g: int, submitted: list[ray.ObjectRef]) -> list[ray.ObjectRef]:
         """Per part, the object reference of graph ``g``'s embedding rows; each layer's
         blocks are added to ``submitted`` (to watch them complete)."""
-        P, w, exchange = self.P, self.workers, self.exchange[g]
-
-        def call(method, p: int, send: bool, *args) -> list[ray.ObjectRef]:
-            """The part's rows, then (if ``send``) one slice per consumer."""
-            n = 1 + len(exchange[p][1]) if send else 1
-            out = method.options(num_returns=n).remote(send, *args)
-            return [out] if n == 1 else list(out)
-
-        def slice_for(p: int, q: int, h: list[list[ray.ObjectRef]]) -> ray.ObjectRef:
-            return h[q][1 + exchange[q][1].index(p)]
-
+        P, w = self.P, self.workers
         blocks: list[list[ray.ObjectRef]] = [[] for _ in range(P)]
         scales: list[float] = []
         for c, ec in enumerate(spec.embed for spec in self.chans):
-            h = [call(w[p].first, p, ec.layers > 0, g, c) for p in range(P)]
-            layers = [[x[0] for x in h]] if ec.include_input else []
-            for l in range(ec.layers):
+
+            def announce(l: int) -> None:
                 self.events("embed-layer", {"graph": g, "channel": c, "layer": l + 1,
                                             "workers": w})
                 log.info("embed: graph %s, channel %d, layer %d/%d on %d parts",
                          "st"[g], c, l + 1, ec.layers, P)
-                h = [call(w[p].layer, p, l + 1 < ec.layers, g, c, l, h[p][0],
-                          *[slice_for(p, q, h) for q in exchange[p][0]]) for p in range(P)]
-                layers.append([x[0] for x in h])
-                submitted += layers[-1]
-            kept = [layers[-1]] if ec.basic else layers
+
+            h = [self._call(w[p].first, g, p, ec.layers > 0, g, c) for p in range(P)]
+            layers = self._propagate(g, c, ec, h, announce)
+            submitted += [ref for layer in layers[int(ec.include_input):] for ref in layer]
+            kept = self._kept(ec, layers)
             for p in range(P):
                 blocks[p] += [lay[p] for lay in kept]
             scales += [self.chans[c].weight ** 0.5] * len(kept)

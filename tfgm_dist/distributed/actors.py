@@ -16,15 +16,18 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint, write
-from ..assign import Bidders, Sellers, listed_score, score_span
+from ..assign import Bidders, Sellers, argmax, listed_score, score_span
 from ..auto import Prepared
+from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
 from ..embed import LayerParams, Operator, layer
 from ..partition import Partition
 from ..pipeline import Pair, Plan, Result, Scored, conclude, evaluate, refined
+from ..refine import list_width
 from ..search import IVF_KINDS, Candidates, build_index, exact_best, probe, search, set_nprobe
 from ..stopwatch import Stopwatch, peak_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
+from .consensus import Consensus, merged, transposed_entries
 from .halo import GraphPart
 
 log = logging.getLogger("tfgm_dist")
@@ -33,8 +36,8 @@ RESTARTS = 3  # times Ray restarts a dead actor and retries a failed call or tas
 
 
 class LostState(RuntimeError):
-    """A restarted part actor was asked to go on with an auction its former self held: the
-    driver runs the stages again on fresh actors, as after a lost node."""
+    """A restarted part actor was asked to go on with a refinement or an auction its former
+    self held: the driver runs the stages again on fresh actors, as after a lost node."""
 
 
 @dataclass
@@ -73,6 +76,7 @@ class AuctionSide:
         self.usage = Usage(role)
         self.bidding: Bidders | None = None
         self.selling: Sellers | None = None
+        self.piece: Result | None = None  # decided, not yet concluded
 
     def span(self, *chunks: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
         """:func:`~tfgm_dist.assign.score_span` of this part's candidate lists (``chunks``:
@@ -124,6 +128,9 @@ class PartWorker(AuctionSide):
                        for channel in params]
         self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
         self.shard = SearchShard()
+        self.P = 1  # parts of the run, told by :meth:`consensus`
+        self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
+        self.refined_lists: list[Candidates | None] = [None, None]  # per direction, refined
         super().__init__(f"part {p}")
 
     def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
@@ -177,6 +184,109 @@ class PartWorker(AuctionSide):
         self.usage.add("search", start)
         return out
 
+    def list_width(self, *chunks: tuple[np.ndarray, np.ndarray]) -> int:
+        """:func:`~tfgm_dist.refine.list_width` of this part's searched lists."""
+        return list_width(_listed(chunks))
+
+    def consensus(self, d: int, parts: int, rows: np.ndarray,
+                  target_parting: tuple[np.ndarray, np.ndarray], width: int,
+                  seeds: tuple[np.ndarray, np.ndarray] | None, options: dict,
+                  *chunks: tuple[np.ndarray, np.ndarray]) -> tuple:
+        """Start direction ``d``'s refinement (0: the source graph's rows, 1: the target's)
+        of this part's rows, whose searched lists are ``chunks`` (of the nodes ``rows``);
+        ``seeds`` pinned, ``target_parting`` the other graph's part and position of every
+        node, ``options`` the rest of :class:`Consensus`'s arguments. Returns per part what
+        it will send there each step, then per part the rows of its :math:`o_t` it needs."""
+        start = time.perf_counter()
+        nodes = self.parts[d].block.nodes.numpy()
+        lists = _listed(chunks).scatter_rows(torch.from_numpy(np.searchsorted(nodes, rows)),
+                                             nodes.size)
+        fixed = None
+        if seeds is not None:
+            mine = np.isin(seeds[0], nodes)
+            fixed = (torch.from_numpy(np.searchsorted(nodes, seeds[0][mine])),
+                     torch.from_numpy(seeds[1][mine]))
+        self.P = parts
+        self.consensuses[d] = Consensus(lists, nodes, *target_parting, parts, width,
+                                        fixed=fixed, **options)
+        out = self.consensuses[d]
+        self.usage.add("refine", start)
+        return (*out.patterns(), *out.needs())
+
+    def receive(self, d: int, *sent: Any) -> None:
+        """As target part of direction ``d``: what each part will send (:meth:`consensus`'s
+        returns for this part, its patterns then its needs)."""
+        P = self.P
+        _held(self.consensuses[d]).receive(list(sent[:P]), list(sent[P:]),
+                                           self.parts[1 - d].block.nodes.numel())
+
+    def indicators(self, send: bool, d: int) -> Any:
+        """This step's indicators of the part's source rows, normalised: the input of
+        :math:`\\psi_2` (then, if ``send``, the slices the other parts' halos hold)."""
+        start = time.perf_counter()
+        rows = F.normalize(_held(self.consensuses[d]).draw(), dim=-1).numpy()
+        self.usage.add("refine", start)
+        return self._out(d, rows, send)
+
+    def contributions(self, d: int) -> Any:
+        """Per part, this step's entries of :math:`S^\\top r_s`
+        (:meth:`Consensus.contributions`)."""
+        start = time.perf_counter()
+        out = _held(self.consensuses[d]).contributions()
+        self.usage.add("refine", start)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def transposed(self, send: bool, d: int, *received: tuple[np.ndarray, np.ndarray]) -> Any:
+        """This part's rows of :math:`r_t = S^\\top r_s`, normalised (the other graph's
+        :math:`\\psi_2` input), and if ``send`` the slices for the halos."""
+        start = time.perf_counter()
+        rows = F.normalize(_held(self.consensuses[d]).transposed(*received), dim=-1).numpy()
+        self.usage.add("refine", start)
+        return self._out(1 - d, rows, send)
+
+    def serve(self, d: int, *blocks: np.ndarray) -> Any:
+        """Per part, the rows of this part's :math:`o_t` (its :math:`\\psi_2` blocks side by
+        side) that its lists name."""
+        out = _held(self.consensuses[d]).serve(np.concatenate(blocks, axis=1))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def update(self, d: int, own: int, *blocks: np.ndarray) -> None:
+        """Add this step's cosines: ``blocks`` are the ``own`` :math:`\\psi_2` blocks of the
+        part's :math:`o_s`, then each part's served :math:`o_t` rows."""
+        start = time.perf_counter()
+        _held(self.consensuses[d]).update(np.concatenate(blocks[:own], axis=1), *blocks[own:])
+        self.usage.add("refine", start)
+
+    def refined(self, d: int) -> Any:
+        """Ends direction ``d``: its refined lists kept, and per part the entries that list
+        that part's nodes, for the other direction's merge (:func:`transposed_entries`)."""
+        start = time.perf_counter()
+        side = _held(self.consensuses[d])
+        self.refined_lists[d], self.consensuses[d] = side.result(), None
+        out = transposed_entries(self.refined_lists[d], self.parts[d].block.nodes.numpy(),
+                                 side.home, self.P)
+        self.usage.add("refine", start)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def merged(self, d: int, *received: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """:func:`~tfgm_dist.refine.merge` of direction ``d``'s rows with the other
+        direction's entries that list them."""
+        start = time.perf_counter()
+        self.refined_lists[d] = merged(_held(self.refined_lists[d]),
+                                       self.parts[d].block.nodes.numpy(), *received)
+        self.usage.add("refine", start)
+
+    def lists_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The merged refined lists of the source nodes ``rows`` (this part's)."""
+        c = _held(self.refined_lists[0]).take_rows(
+            torch.from_numpy(np.searchsorted(self.parts[0].block.nodes.numpy(), rows)))
+        return c.scores.numpy(), c.index.numpy()
+
+    def best_sources(self) -> tuple[np.ndarray, np.ndarray]:
+        """This part's targets and the best source of each after refinement (``-1``:
+        none), to tell mutual matches by."""
+        return self.parts[1].block.nodes.numpy(), argmax(_held(self.refined_lists[1])).numpy()
+
     def merge(self, k: int, *shards: tuple[np.ndarray, np.ndarray]
               ) -> tuple[np.ndarray, np.ndarray]:
         """:func:`merge_top_k` of one chunk of this part's queries, here rather than in a task:
@@ -186,21 +296,42 @@ class PartWorker(AuctionSide):
         self.usage.add("search", start)
         return out
 
-    def conclude(self, q: int, scale: float, gold: tuple[np.ndarray, np.ndarray] | None,
-                 prepared: Prepared, resume: write.Location) -> tuple[Result, dict]:
-        """This part's rows decoded, with confidence, kept in ``resume`` (see
-        :mod:`tfgm_dist.checkpoint`); and their evaluation, for
-        :func:`~tfgm_dist.metrics.combined`. Ends the auction."""
+    def decided(self, scale: float, num_targets: int, *best: tuple[np.ndarray, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Ends the auction: this part's rows decoded, kept for :meth:`conclude`. With
+        ``best`` (each part's targets and their best source, after refinement) it also
+        says which matches are mutual, and returns the margins and that, for a
+        confidence fitted on every part's rows (:func:`~tfgm_dist.estimate.on_mutual`)."""
         start = time.perf_counter()
         matched = torch.from_numpy(self.matched())
-        piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
-                       scale=scale)
+        mutual = None
+        if best:
+            back = torch.full((num_targets,), -1, dtype=torch.long)
+            for targets, sources in best:
+                back[torch.from_numpy(targets)] = torch.from_numpy(sources)
+            mutual = (matched >= 0) & (back[matched.clamp(min=0)] == self.rows)
+        self.piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
+                            scale=scale, mutual=mutual)
+        self.bidding = self.selling = None
+        self.usage.add("assign", start)
+        return None if mutual is None else (margins(self.piece).numpy(), mutual.numpy())
+
+    def conclude(self, q: int, gold: tuple[np.ndarray, np.ndarray] | None, prepared: Prepared,
+                 resume: write.Location, fit: Calibration | None = None) -> tuple[Result, dict]:
+        """This part's decided rows with their confidence (from ``fit`` where the run
+        calibrates on its own mutual matches, else as ``prepared`` says), kept in
+        ``resume`` (see :mod:`tfgm_dist.checkpoint`); and their evaluation, for
+        :func:`~tfgm_dist.metrics.combined`."""
+        start = time.perf_counter()
+        piece = _held(self.piece)
         if gold is not None:
-            piece.metrics = evaluate(self.listed, self.rows, matched, gold)
+            piece.metrics = evaluate(piece.candidates, piece.rows, piece.matched, gold)
+        if fit is not None:
+            piece.confidence = fit(margins(piece))
         piece = prepared.finish_part(piece, gold)
         found, piece.metrics = piece.metrics, {}
         checkpoint.save_piece(resume, q, piece)
-        self.bidding = self.selling = None
+        self.piece = None
         self.usage.add("assign", start)
         return piece, found
 
@@ -210,7 +341,8 @@ class PartWorker(AuctionSide):
 
 def _held(side: Any) -> Any:
     if side is None:
-        raise LostState("this part's actor was restarted in the middle of the auction")
+        raise LostState("this part's actor was restarted in the middle of a stage whose "
+                        "state it held (the refinement or the auction)")
     return side
 
 
