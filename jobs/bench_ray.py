@@ -2,6 +2,7 @@
 
     python -m jobs.bench_ray                                  # DBP15k + synthetic 100k and 1M
     python -m jobs.bench_ray --only synth --sizes 100000 --partitions 1,2,4
+    python -m jobs.bench_ray --only synth --sizes 100000 --partitions 2 --seeds 0.1
     python -m jobs.bench_ray --only dbp15k --pairs zh_en
     python -m jobs.bench_ray --only synth --sizes 1000000 --partitions ""   # one process only
     python -m jobs.bench_ray --only auction --partitions 2,4
@@ -35,14 +36,15 @@ from pathlib import Path
 import time
 
 import numpy as np
+import pyarrow.parquet as pq
 import ray
 import torch
 
 from jobs.bench_engine import DATA, prepare_dbp, run_cli
 from tfgm_dist.search import Candidates
 
-STAGES = ("load", "features", "partition", "embed", "search", "refine+assign", "refine",
-          "assign", "write")
+STAGES = ("load", "estimate", "bootstrap", "features", "partition", "embed", "search",
+          "refine+assign", "refine", "assign", "write")
 
 
 def _row(label: str, wall: float, m: dict, base: float | None) -> str:
@@ -79,15 +81,20 @@ def bench_dbp(pairs: list[str], partitions: list[int]) -> None:
                     str(p["queries"])], partitions, Path(tmp))
 
 
-def bench_synth(sizes: list[int], partitions: list[int]) -> None:
+def bench_synth(sizes: list[int], partitions: list[int], seeds: float) -> None:
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth",
                             f"{tmp}/in", "--nodes", str(n)], check=True,
                            stdout=subprocess.DEVNULL)
-            _table(f"Synthetic pair, {n:,} nodes each (no config)",
-                   [f"{tmp}/in/source", f"{tmp}/in/target", "--gold", f"{tmp}/in/gold.parquet"],
-                   partitions, Path(tmp))
+            args = [f"{tmp}/in/source", f"{tmp}/in/target", "--gold", f"{tmp}/in/gold.parquet"]
+            title = f"Synthetic pair, {n:,} nodes each (no config)"
+            if seeds:
+                gold = pq.read_table(f"{tmp}/in/gold.parquet")
+                pq.write_table(gold.slice(0, int(seeds * gold.num_rows)), f"{tmp}/seeds.parquet")
+                args += ["--seeds", f"{tmp}/seeds.parquet"]
+                title += f", the first {seeds:.0%} of the gold pairs as seeds"
+            _table(title, args, partitions, Path(tmp))
 
 
 def lists(n_s: int, n_t: int, k: int, levels: int, seed: int) -> Candidates:
@@ -154,6 +161,8 @@ def main() -> None:
     p.add_argument("--only", choices=("dbp15k", "synth", "auction"))
     p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
     p.add_argument("--sizes", default="100000,1000000")
+    p.add_argument("--seeds", type=float, default=0.0,
+                   help="synth: this share of the gold pairs given as seeds")
     p.add_argument("--partitions", default="1,2,4")
     args = p.parse_args()
     partitions = [int(x) for x in args.partitions.split(",") if x]  # "": one process only
@@ -164,7 +173,7 @@ def main() -> None:
             sys.exit(f"benchmark data not found at {DATA}")
         bench_dbp(args.pairs.split(","), partitions)
     if args.only in (None, "synth"):
-        bench_synth([int(x) for x in args.sizes.split(",")], partitions)
+        bench_synth([int(x) for x in args.sizes.split(",")], partitions, args.seeds)
     if args.only in (None, "auction"):
         bench_auction(partitions)
 

@@ -103,45 +103,62 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     assert single["rows"] == metrics["rows"] == 1004
 
 
-def test_synthetic_pair_with_seeds_on_ray_equals_one_process(cluster, tmp_path):
-    """Three parts, seeds and the sparse one-to-one auction, which runs on the part actors
-    (no refinement): the rows, the metrics and the confidence equal one process's. (The
-    other decoders run in one Ray task with the same code as in one process; every decoder
-    is compared in test_pipeline.)"""
+ON_PARTS = {  # the refinement and decoding that run on the part actors
+    "auction": ("false", True, "auto"),
+    "refined": ("true", True, "auto"),
+    "refined, no seeds, streamed parts": ("true", False, "streaming"),
+}
+
+
+@pytest.mark.parametrize("case", ON_PARTS)
+def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster, tmp_path,
+                                                                        case):
+    """Three parts, the sparse one-to-one auction on the part actors, without and with
+    refinement (sharded like the embedding: both directions, seeds pinned): the rows,
+    scores, confidence and metrics are one process's. Without seeds the confidence is
+    fitted on the mutual matches of every part's rows. (The other decoders run in one Ray
+    task with the same code as in one process; every decoder is compared in
+    test_pipeline.)"""
+    refine, seeded, partitioner = ON_PARTS[case]
     data = write_pair(tmp_path / "data", 1500, seed=3)
-    seeds = tmp_path / "seeds.parquet"
-    pq.write_table(pq.read_table(data["gold"]).slice(0, 150), seeds)
-    base = from_toml("""
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    if seeded:
+        paths["seeds"] = tmp_path / "seeds.parquet"
+        pq.write_table(pq.read_table(data["gold"]).slice(0, 150), paths["seeds"])
+    base = with_overrides(from_toml("""
         top_k = 3
         [embed]
         layers = 2
         [search]
         k = 10
         [refine]
-        enabled = false
+        steps = 4
+        dim = 32
+        [bootstrap]
+        rounds = 0
         [assign]
         method = "one-to-one"
         one_to_one = "sparse"
-    """)
-    paths = dict(source=data["source"], target=data["target"], gold=data["gold"], seeds=seeds)
+    """), **{"refine.enabled": refine == "true", "ray.partitioner": partitioner})
     single = run_job(job(base, tmp_path / "single", 0, **paths))
     p = 3
     metrics = run_job(job(base, tmp_path / f"p{p}", p, **paths))
-    assert_same_rows(tmp_path / "single", tmp_path / f"p{p}")
-    assert metrics["accuracy"] == single["accuracy"] > 0.5
-    assert metrics["hits@1"] == single["hits@1"]
+    (ta, _), (tb, manifest) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
+    assert ta.num_rows > 0 and ta.equals(tb)
+    for key in ("accuracy", "hits@1", "hits@10", "reliability", "estimate"):
+        assert metrics[key] == single[key], key
+    assert metrics["accuracy"] > 0.5
     assert metrics["mrr"] == pytest.approx(single["mrr"], abs=1e-12)
-    assert metrics["reliability"] == single["reliability"]
-    assert metrics["estimate"] == single["estimate"]
-    assert "assign" in metrics["seconds"] and "refine+assign" not in metrics["seconds"]
-    (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
-    assert ta.column("confidence").equals(tb.column("confidence"))
-    _, manifest = rows(tmp_path / f"p{p}")
+    assert (metrics["ray"]["partitioner"] == "streaming") == (partitioner == "streaming")
+    stages = set(metrics["seconds"])
+    assert "assign" in stages and "refine+assign" not in stages
+    assert ("refine" in stages) == (refine == "true")
     assert [f["path"] for f in manifest["files"]] == [f"matches/part-{q:05d}.parquet"
                                                       for q in range(p)]
     meta = pq.read_schema(tmp_path / f"p{p}" / manifest["files"][-1]["path"]).metadata
     assert json.loads(meta[b"tfgm_dist.config"])["ray"]["partitions"] == p
-    assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold", "seeds"}
+    assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold",
+                                                          *(["seeds"] if seeded else [])}
 
 
 def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster):
@@ -241,42 +258,3 @@ def from_toml(text: str) -> Config:
 
     from tfgm_dist.config import from_dict
     return from_dict(tomllib.loads(textwrap.dedent(text)))
-
-
-@pytest.mark.parametrize("seeded", [True, False])
-def test_refinement_and_the_auction_on_the_part_actors_equal_one_process(cluster, tmp_path,
-                                                                         seeded):
-    """Refinement sharded like the embedding (both directions, seeds pinned), then the
-    auction, on three parts: the rows, scores, metrics and confidence are one process's.
-    Without seeds the confidence is fitted on the mutual matches of every part's rows."""
-    data = write_pair(tmp_path / "data", 1500, seed=3)
-    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
-    if seeded:
-        paths["seeds"] = tmp_path / "seeds.parquet"
-        pq.write_table(pq.read_table(data["gold"]).slice(0, 150), paths["seeds"])
-    base = from_toml("""
-        top_k = 3
-        [embed]
-        layers = 2
-        [search]
-        k = 10
-        [refine]
-        enabled = true
-        steps = 4
-        dim = 32
-        [bootstrap]
-        rounds = 0
-        [assign]
-        method = "one-to-one"
-        one_to_one = "sparse"
-    """)
-    single = run_job(job(base, tmp_path / "single", 0, **paths))
-    p = 3
-    metrics = run_job(job(base, tmp_path / f"p{p}", p, **paths))
-    (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
-    assert ta.num_rows > 0 and ta.equals(tb)
-    for key in ("accuracy", "hits@1", "hits@10", "reliability", "estimate"):
-        assert metrics[key] == single[key], key
-    assert metrics["mrr"] == pytest.approx(single["mrr"], abs=1e-12)
-    assert {"refine", "assign"} <= set(metrics["seconds"])
-    assert "refine+assign" not in metrics["seconds"]

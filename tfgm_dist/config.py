@@ -34,6 +34,7 @@ Str = Annotated[str, Strict()]
 FeatureKind = Literal["auto", "given", "names", "degree-onehot", "degree-sinusoidal"]
 AssignMethod = Literal["argmax", "mutual", "one-to-one"]
 OneToOneSolver = Literal["auto", "hungarian", "sparse", "sinkhorn"]
+Partitioner = Literal["auto", "metis", "rcm", "streaming"]
 Operator = Literal["sum", "mean", "gcn"]  # the weight-free layers' graph operators
 IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]  # the FAISS indexes of the search stage
 InputFormat = Literal["", "edgelist", "triples", "gw", "parquet"]
@@ -195,6 +196,8 @@ class RayConfig:
     # embed, for align-supervised 1/P of the collection's labelled nodes; 0: see cli / jobs.align
     partitions: Count = 0
     address: Str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
+    # how the graphs are split (tfgm_dist.partition); auto: METIS when pymetis is installed
+    partitioner: Partitioner = "auto"
 
 
 @dataclass(frozen=True, config=SECTION)

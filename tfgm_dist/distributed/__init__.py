@@ -174,7 +174,8 @@ class Run:
             ch = [[c.x_s for c in chans], [c.x_t for c in chans]]
         with self.watch.stage("partition"):
             ops = operators(pair, cfg)
-            self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed)
+            self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed,
+                                      method=cfg.ray.partitioner)
                             for g in (pair.source, pair.target)]
             per_graph = [graph_parts(op, xs, parting)
                          for op, xs, parting in zip(ops, ch, self.parting)]
