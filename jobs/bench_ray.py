@@ -6,6 +6,7 @@
     python -m jobs.bench_ray --only dbp15k --pairs zh_en
     python -m jobs.bench_ray --only synth --sizes 1000000 --partitions ""   # one process only
     python -m jobs.bench_ray --only auction --partitions 2,4
+    python -m jobs.bench_ray --only partition --sizes 1000000 --partitions 2,4
 
 Every run is the real command, ``tfgm-dist align [--partitions P]``, in a new process that
 starts its own local Ray cluster (the start is part of the wall time, as it is for a user).
@@ -23,6 +24,8 @@ overhead against the single-process run.
   :func:`tfgm_dist.assign.sparse_one_to_one` in this process, on random candidate lists
   (:func:`lists`) whose scores are continuous or take 5 values (tied: thousands of rounds);
   seconds, rounds, milliseconds per round, and whether the matchings are equal.
+- Partition: the edges each partitioner of :mod:`tfgm_dist.partition` cuts, and its seconds,
+  on the source graphs of yeast (0 % noise) and of the synthetic pairs, against METIS.
 """
 from __future__ import annotations
 
@@ -156,9 +159,41 @@ def bench_auction(partitions: list[int]) -> None:
     ray.shutdown()
 
 
+def bench_partition(sizes: list[int], partitions: list[int]) -> None:
+    from tfgm_dist.load import load_graph
+    from tfgm_dist.partition import partition
+
+    print("\n### Edges cut by each partitioner\n")
+    print("| graph | nodes | edges | P | partitioner | edges cut | share cut | seconds "
+          "| nodes per part |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        graphs = [("yeast", DATA / "yeast_ppi" / "yeast0_Y2H1.txt")]
+        for n in sizes:
+            subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth",
+                            f"{tmp}/{n}", "--nodes", str(n)], check=True,
+                           stdout=subprocess.DEVNULL)
+            graphs.append((f"synthetic {n:,}", Path(f"{tmp}/{n}/source")))
+        for name, path in graphs:
+            if not path.exists():
+                print(f"| {name} | not found at {path} |||||||")
+                continue
+            g = load_graph(path)
+            for P in partitions:
+                for method in ("metis", "streaming", "rcm"):
+                    start = time.perf_counter()
+                    pt = partition(g.edge_index, g.num_nodes, P, method=method)
+                    took = time.perf_counter() - start
+                    cut = pt.cut_edges(g.edge_index)
+                    sizes_ = np.bincount(pt.part, minlength=P)
+                    print(f"| {name} | {g.num_nodes:,} | {g.num_edges:,} | {P} | {method} | "
+                          f"{cut:,} | {100 * cut / g.num_edges:.1f} % | {took:.1f} | "
+                          f"{sizes_.min():,}..{sizes_.max():,} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("dbp15k", "synth", "auction"))
+    p.add_argument("--only", choices=("dbp15k", "synth", "auction", "partition"))
     p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
     p.add_argument("--sizes", default="100000,1000000")
     p.add_argument("--seeds", type=float, default=0.0,
@@ -176,6 +211,8 @@ def main() -> None:
         bench_synth([int(x) for x in args.sizes.split(",")], partitions, args.seeds)
     if args.only in (None, "auction"):
         bench_auction(partitions)
+    if args.only in (None, "partition"):
+        bench_partition([int(x) for x in args.sizes.split(",")], partitions)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ class AuctionSide:
         """Take part in the one-to-one auction with the sources ``rows`` (ascending) and
         their lists ``chunks``; ``home``: the part that sells each target."""
         self.listed = _listed(chunks)
-        self.rows = torch.from_numpy(rows)
+        self.rows = torch.tensor(rows)  # a copy: Ray hands large arrays read-only
         self.bidding = Bidders(self.listed, self.rows, num_targets, span, home, parts)
 
     def matched(self) -> np.ndarray:
@@ -97,7 +97,7 @@ class AuctionSide:
 
     def sellers(self, nodes: np.ndarray) -> None:
         """Take part in the one-to-one auction as the seller of the targets ``nodes``."""
-        self.selling = Sellers(torch.from_numpy(nodes))
+        self.selling = Sellers(torch.tensor(nodes))
 
     def bid(self, eps: float, *outcome: Any) -> tuple:
         """:meth:`Bidders.bid`: the number of free sources, then the bids for each part."""
