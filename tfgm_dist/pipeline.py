@@ -28,7 +28,7 @@ from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
-from .search import Candidates, both_ways, gpu_available, top_k
+from .search import Candidates, both_ways, both_ways_pays, gpu_available, top_k
 from .stopwatch import Stopwatch
 
 log = logging.getLogger("tfgm_dist")
@@ -282,7 +282,8 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     opts = {**search_options(cfg), "recall": cfg.search.recall}
     with watch.stage("search"):
         searches, backward = {}, None
-        if p.sources is not None and cfg.search.index == "flat" and not gpu_available():
+        if (p.sources is not None and cfg.search.index == "flat" and not gpu_available()
+                and both_ways_pays(p.targets.size, o_t.size(1), k)):
             forward, backward = both_ways(o_s[p.sources].numpy(), o_t[p.targets].numpy(), k,
                                           ids_s=p.sources, ids_t=p.targets)
         else:
