@@ -171,7 +171,7 @@ def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster):
     from tfgm_dist.distributed.actors import AuctionSide
 
     n_s, n_t, P = 500, 520, 2
-    c = lists(n_s, n_t, 10, 3, seed=3)
+    c = lists(n_s, n_t, 10, 3, seed=4)  # 121 rounds (seed 3: 4,749, 85 s on Ray here)
     home = np.random.default_rng(0).integers(0, P, n_t)
     part = np.arange(n_s) % P
     rows = [[r[:100], r[100:]] for r in (np.flatnonzero(part == q) for q in range(P))]
