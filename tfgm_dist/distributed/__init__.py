@@ -114,7 +114,7 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     part the outcome (won bids, unseated sources, new prices); the driver only hears how
     many sources were free. The rounds are :func:`~tfgm_dist.assign.auction`'s and every
     step the same code as in one process, so the matching is one process's, bit for bit.
-    A round costs 9-11 ms at P = 2 on 2 cores, mostly the chained calls (an empty two-stage
+    A round costs 9-12 ms at P = 2 on 2 cores, mostly the chained calls (an empty two-stage
     chain between two actors: 4.4 ms): lists that take thousands of rounds take tens of
     seconds."""
     w, P, events = workers, len(workers), events or (lambda event, info: None)
