@@ -84,12 +84,16 @@ def bench_dbp(pairs: list[str], partitions: list[int]) -> None:
                     str(p["queries"])], partitions, Path(tmp))
 
 
+def synth(folder: str, n: int) -> None:
+    """``tfgm-dist synth FOLDER --nodes n``: a synthetic pair of ``n`` nodes each."""
+    subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth", folder, "--nodes",
+                    str(n)], check=True, stdout=subprocess.DEVNULL)
+
+
 def bench_synth(sizes: list[int], partitions: list[int], seeds: float) -> None:
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth",
-                            f"{tmp}/in", "--nodes", str(n)], check=True,
-                           stdout=subprocess.DEVNULL)
+            synth(f"{tmp}/in", n)
             args = [f"{tmp}/in/source", f"{tmp}/in/target", "--gold", f"{tmp}/in/gold.parquet"]
             title = f"Synthetic pair, {n:,} nodes each (no config)"
             if seeds:
@@ -170,9 +174,7 @@ def bench_partition(sizes: list[int], partitions: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         graphs = [("yeast", DATA / "yeast_ppi" / "yeast0_Y2H1.txt")]
         for n in sizes:
-            subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth",
-                            f"{tmp}/{n}", "--nodes", str(n)], check=True,
-                           stdout=subprocess.DEVNULL)
+            synth(f"{tmp}/{n}", n)
             graphs.append((f"synthetic {n:,}", Path(f"{tmp}/{n}/source")))
         for name, path in graphs:
             if not path.exists():
@@ -185,10 +187,10 @@ def bench_partition(sizes: list[int], partitions: list[int]) -> None:
                     pt = partition(g.edge_index, g.num_nodes, P, method=method)
                     took = time.perf_counter() - start
                     cut = pt.cut_edges(g.edge_index)
-                    sizes_ = np.bincount(pt.part, minlength=P)
+                    per_part = np.bincount(pt.part, minlength=P)
                     print(f"| {name} | {g.num_nodes:,} | {g.num_edges:,} | {P} | {method} | "
                           f"{cut:,} | {100 * cut / g.num_edges:.1f} % | {took:.1f} | "
-                          f"{sizes_.min():,}..{sizes_.max():,} |", flush=True)
+                          f"{per_part.min():,}..{per_part.max():,} |", flush=True)
 
 
 def main() -> None:
