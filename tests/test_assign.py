@@ -236,7 +236,7 @@ def test_polish_recovers_a_permuted_graph_from_a_start_with_swaps_and_keeps_the_
 def test_the_auction_split_into_parts_equals_one_part(n_s, levels):
     """What the Ray run does (tfgm_dist.distributed.one_to_one), in process: sources and
     targets dealt to three parts at random, each part bidding for its sources and selling
-    its targets; the same matching as one part."""
+    its targets, stopped after 50 rounds and resumed; the same matching as one part."""
     n_t, P = n_s + 20, 3
     c = lists(n_s, n_t, 10, levels, seed=levels + 1)  # seed 3 of (500, 3): 4,749 rounds
     g = torch.Generator().manual_seed(7)
@@ -259,7 +259,10 @@ def test_the_auction_split_into_parts_equals_one_part(n_s, levels):
         res = [s.resolve(*[bids[q][p] for q in range(P)]) for p, s in enumerate(sellers)]
         outcome[:] = [[res[p][q] for p in range(P)] for q in range(P)]
 
-    rounds = auction(bid, resolve, AUCTION_EPS, n_s)
+    rounds, eps, finished = auction(bid, resolve, AUCTION_EPS, n_s, stop=50)
+    assert (rounds, finished) == (50, False)
+    rounds, _, finished = auction(bid, resolve, eps, n_s, rounds=rounds)
+    assert finished
     matched = torch.full((n_s,), -2)
     for r, b in zip(rows, bidders):
         matched[r] = b.matched()

@@ -161,15 +161,21 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
                                                           *(["seeds"] if seeded else [])}
 
 
-def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster):
+@pytest.mark.parametrize("handed_over", [True, False], ids=["handed over", "on the parts"])
+def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster, monkeypatch,
+                                                                handed_over):
     """tfgm_dist.distributed.one_to_one over two actors: the sources in two parts, the
     targets in two others; tied lists that take over 100 rounds give one process's
-    matching."""
+    matching, whether actor 0 finishes the rounds after ROUNDS_ON_PARTS or the parts do
+    (lists too large to hand over)."""
     from jobs.bench_ray import lists
+    from tfgm_dist import distributed
     from tfgm_dist.assign import sparse_one_to_one
-    from tfgm_dist.distributed import one_to_one
+    from tfgm_dist.distributed import ROUNDS_ON_PARTS, one_to_one
     from tfgm_dist.distributed.actors import AuctionSide
 
+    if not handed_over:
+        monkeypatch.setattr(distributed, "HANDOVER_ENTRIES", 0)
     n_s, n_t, P = 500, 520, 2
     c = lists(n_s, n_t, 10, 3, seed=4)  # 121 rounds (seed 3: 4,749, 85 s on Ray here)
     home = np.random.default_rng(0).integers(0, P, n_t)
@@ -183,7 +189,8 @@ def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster):
     matched = np.full(n_s, -2)
     for q, side in enumerate(sides):
         matched[np.concatenate(rows[q])] = ray.get(side.matched.remote())
-    assert rounds > 100 and heard == ["assign-round"] * (rounds + 1)
+    on_parts = ROUNDS_ON_PARTS if handed_over else rounds + 1
+    assert rounds > ROUNDS_ON_PARTS and heard == ["assign-round"] * on_parts
     np.testing.assert_array_equal(matched, sparse_one_to_one(c, n_t).numpy())
 
 

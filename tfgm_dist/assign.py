@@ -165,16 +165,23 @@ def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
     ``eps`` doubles, and the bound with it (logged). Candidates with score ``-inf`` are
     not edges.
 
-    The rounds are :func:`auction`'s over one :class:`Bidders` and one :class:`Sellers`; on
-    Ray each part holds one of each (:mod:`tfgm_dist.distributed`), with the same result.
+    The rounds are :func:`auction`'s over one :class:`Bidders` and one :class:`Sellers`
+    (:func:`auctioned`); on Ray each part holds one of each (:mod:`tfgm_dist.distributed`),
+    with the same result.
     """
     _check_targets(c, num_targets)
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps}")
-    span, n_s = score_span(c), c.index.size(0)
     if c.k == 0:
-        return torch.full((n_s,), -1)
-    bidders = Bidders(c, torch.arange(n_s), num_targets, spanning([span]))
+        return torch.full((c.index.size(0),), -1)
+    return auctioned(c, num_targets, eps)[0]
+
+
+def auctioned(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
+              ) -> tuple[torch.Tensor, int]:
+    """:func:`sparse_one_to_one`'s matching of lists ``c`` (``k >= 1``), and the number of
+    auction rounds it took."""
+    bidders = Bidders(c, torch.arange(c.index.size(0)), num_targets, spanning([score_span(c)]))
     sellers = Sellers(torch.arange(num_targets))
     state: dict[str, list] = {"outcome": []}
 
@@ -185,8 +192,8 @@ def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
     def resolve() -> None:
         state["outcome"] = sellers.resolve(*state["bids"])
 
-    auction(bid, resolve, eps, n_s)
-    return bidders.matched()
+    rounds = auction(bid, resolve, eps, c.index.size(0))[0]
+    return bidders.matched(), rounds
 
 
 def score_span(c: Candidates) -> tuple[float, float] | None:
@@ -206,24 +213,30 @@ def spanning(spans: list[tuple[float, float] | None]) -> tuple[float, float]:
     return (min(s[0] for s in known), max(s[1] for s in known)) if known else (0.0, 1.0)
 
 
-def auction(bid: Callable[[float], int], resolve: Callable[[], None], eps: float, size: int
-            ) -> int:
+def auction(bid: Callable[[float], int], resolve: Callable[[], None], eps: float, size: int,
+            *, rounds: int = 0, stop: int | None = None) -> tuple[int, float, bool]:
     """The rounds of :func:`sparse_one_to_one`: ``bid(eps)`` settles the last round's outcome
     and makes the free sources bid, returning how many were free (0 ends it); ``resolve()``
     gives each target to its best bidder. Doubles ``eps`` every :data:`ROUNDS_PER_EPS`
-    rounds; returns the number of rounds. ``size``: the number of sources (for the log)."""
-    rounds, start = 0, eps
-    while True:
+    rounds. ``size``: the number of sources (for the log).
+
+    ``rounds`` already ran (a resumed auction, ``eps`` its epsilon); with ``stop``, returns
+    unfinished after that many rounds in all. Returns the rounds, epsilon and whether it
+    finished."""
+    start = eps
+    while stop is None or rounds < stop:
         e = eps * EPS_GROWTH if (rounds + 1) % ROUNDS_PER_EPS == 0 else eps
         if not bid(e):
             break
         rounds, eps = rounds + 1, e
         resolve()
+    else:
+        return rounds, eps, False
     log.info("one-to-one: auction over %d sources took %d rounds", size, rounds)
     if eps > start:
         log.warning("one-to-one: tied candidate lists; epsilon raised to %g to finish, so the "
                     "matching is within %.3g of the optimum (values in [0, 1])", eps, size * eps)
-    return rounds
+    return rounds, eps, True
 
 
 class Bidders:

@@ -101,6 +101,11 @@ def _completed(refs: list[ray.ObjectRef], stage: str, unit: str) -> None:
         meter.advance(len(ready))
 
 
+ROUNDS_ON_PARTS = 100  # auction rounds on the parts before a long auction is handed over
+# Candidate entries that actor 0 may take over (about 32 bytes each in Bidders: 640 MB)
+HANDOVER_ENTRIES = 20_000_000
+
+
 def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.ObjectRef]],
                rows: list[list[np.ndarray]], num_targets: int, home: np.ndarray,
                events: Events | None = None) -> int:
@@ -114,8 +119,14 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     part the outcome (won bids, unseated sources, new prices); the driver only hears how
     many sources were free. The rounds are :func:`~tfgm_dist.assign.auction`'s and every
     step the same code as in one process, so the matching is one process's, bit for bit.
+
     A round costs 9-12 ms at P = 2 on 2 cores, mostly the chained calls (an empty two-stage
-    chain between two actors: 4.4 ms): lists that take 10,000 rounds take 1.5 minutes."""
+    chain between two actors: 4.4 ms), against 0.5-2 ms in one process. Real lists end in a
+    few rounds (DBP15k 9-21, the 1M pair 4); tied ones can take thousands (10,000 rounds:
+    1.5 minutes). So after :data:`ROUNDS_ON_PARTS` rounds, if all lists hold at most
+    :data:`HANDOVER_ENTRIES` entries, actor 0 runs the auction again on all of them as one
+    process does (:func:`~tfgm_dist.assign.auctioned`: the same matching, at 0.5-2 ms a
+    round) and hands each part its sources' targets. Returns the rounds run in all."""
     w, P, events = workers, len(workers), events or (lambda event, info: None)
     span = spanning(ray.get([w[q].span.remote(*chunks[q]) for q in range(P)]))
     owner = ray.put(torch.from_numpy(home))
@@ -139,7 +150,17 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
         res = [[r] if P == 1 else r for r in res]
         outcome[:] = [[res[p][q] for p in range(P)] for q in range(P)]
 
-    return auction(bid, resolve, AUCTION_EPS, sum(r.size for part in rows for r in part))
+    size = sum(r.size for part in rows for r in part)
+    done, eps, finished = auction(bid, resolve, AUCTION_EPS, size, stop=ROUNDS_ON_PARTS)
+    if finished:
+        return done
+    if sum(ray.get([x.entries.remote() for x in w])) > HANDOVER_ENTRIES:
+        return auction(bid, resolve, eps, size, rounds=done)[0]
+    out = w[0].finish.options(num_returns=P + 1).remote(
+        num_targets, [len(c) for c in chunks], *[np.concatenate(r) for r in rows],
+        *[ref for c in chunks for ref in c])
+    ray.get([w[q].adopt.remote(out[1 + q]) for q in range(P)])
+    return done + ray.get(out[0])
 
 
 class Run:

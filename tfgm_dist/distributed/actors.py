@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint, write
-from ..assign import Bidders, Sellers, argmax, listed_score, score_span
+from ..assign import Bidders, Sellers, argmax, auctioned, listed_score, score_span
 from ..auto import Prepared
 from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
@@ -76,6 +76,7 @@ class AuctionSide:
         self.usage = Usage(role)
         self.bidding: Bidders | None = None
         self.selling: Sellers | None = None
+        self.adopted: np.ndarray | None = None  # the targets of a handed-over auction
         self.piece: Result | None = None  # decided, not yet concluded
 
     def span(self, *chunks: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
@@ -90,9 +91,12 @@ class AuctionSide:
         self.listed = _listed(chunks)
         self.rows = torch.tensor(rows)  # a copy: Ray hands large arrays read-only
         self.bidding = Bidders(self.listed, self.rows, num_targets, span, home, parts)
+        self.adopted = None
 
     def matched(self) -> np.ndarray:
         """The target of each of this part's sources, ``-1`` where unmatched."""
+        if self.adopted is not None:
+            return self.adopted
         return _held(self.bidding).matched().numpy()
 
     def sellers(self, nodes: np.ndarray) -> None:
@@ -112,6 +116,31 @@ class AuctionSide:
         outcome = [_wired(o) for o in _held(self.selling).resolve(*map(_unwired, bids))]
         self.usage.add("assign", start)
         return outcome[0] if len(outcome) == 1 else tuple(outcome)
+
+    def entries(self) -> int:
+        """The candidate entries of this part's sources (what :meth:`finish` takes over)."""
+        return _held(self.bidding).value.numel()
+
+    def finish(self, num_targets: int, counts: list[int], *received: Any) -> Any:
+        """The whole auction in this process (:func:`~tfgm_dist.assign.auctioned`), on every
+        part's lists: ``received`` holds each part's source numbers, then its ``counts[q]``
+        chunks of lists. The sources go in ascending order, as ties do on the parts, so the
+        matching is theirs. Returns the rounds, then each part's targets (for
+        :meth:`adopt`)."""
+        start = time.perf_counter()
+        parts = len(counts)
+        rows = np.concatenate(received[:parts])
+        order = torch.from_numpy(np.argsort(rows, kind="stable"))
+        matched, rounds = auctioned(_listed(received[parts:]).take_rows(order), num_targets)
+        got = torch.empty_like(matched)
+        got[order] = matched
+        self.usage.add("assign", start)
+        ends = np.cumsum([0, *(r.size for r in received[:parts])])
+        return (rounds, *(got[ends[q]:ends[q + 1]].numpy() for q in range(parts)))
+
+    def adopt(self, matched: np.ndarray) -> None:
+        """This part's sources' targets from an auction finished elsewhere (:meth:`finish`)."""
+        self.adopted = matched
 
 
 def _wired(message: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
@@ -324,7 +353,7 @@ class PartWorker(AuctionSide):
             mutual = (matched >= 0) & (back[matched.clamp(min=0)] == self.rows)
         self.piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
                             scale=scale, mutual=mutual)
-        self.bidding = self.selling = None
+        self.bidding = self.selling = self.adopted = None
         self.usage.add("assign", start)
         return None if mutual is None else (margins(self.piece).numpy(), mutual.numpy())
 
