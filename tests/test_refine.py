@@ -252,8 +252,7 @@ def split(pair: Pair, c: Candidates, backward: bool, fixed, P: int = 3, steps: i
 def test_refinement_split_into_parts_equals_one_process(pair, backward):
     """Each part sums its targets' rows of S^T r_s from the others' contributions, in one
     process's order: the refined lists are one process's, float for float, pinned seeds
-    included; and the merge of both directions done per part (what each part receives of
-    the other direction) is :func:`merge`'s."""
+    included."""
     c = pair.backward if backward else pair.forward
     fixed = (torch.tensor([3, 50, 77]), pair.truth[[3, 50, 77]])
     if backward:
@@ -264,6 +263,8 @@ def test_refinement_split_into_parts_equals_one_process(pair, backward):
 
 
 def test_the_merge_split_into_parts_equals_merge(pair):
+    """The merge of both directions done per part, from what each part receives of the
+    other direction (transposed_entries), is :func:`merge`'s, float for float."""
     P, n = 3, pair.forward.index.size(0)
     part = np.random.default_rng(2).integers(0, P, n)
     nodes = [np.flatnonzero(part == p) for p in range(P)]

@@ -157,7 +157,7 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     if sum(ray.get([x.entries.remote() for x in w])) > HANDOVER_ENTRIES:
         return auction(bid, resolve, eps, size, rounds=done)[0]
     out = w[0].finish.options(num_returns=P + 1).remote(
-        num_targets, [len(c) for c in chunks], *[np.concatenate(r) for r in rows],
+        num_targets, P, *[np.concatenate(r) for r in rows],
         *[ref for c in chunks for ref in c])
     ray.get([w[q].adopt.remote(out[1 + q]) for q in range(P)])
     return done + ray.get(out[0])
@@ -306,8 +306,8 @@ class Run:
         (:mod:`.consensus`), then merged: per part the merged lists of its output rows (as
         :meth:`_assign` takes them), and the refs of each part's targets' best sources."""
         w, P, cfg, pair = self.workers, self.P, self.cfg, self.pair
-        rc, psi = cfg.refine, len(self.chans)
-        spec = consensus_psi(cfg)
+        rc, spec = cfg.refine, consensus_psi(cfg)
+        channel = len(self.chans)  # the actors' channel of psi_2 (align_and_write adds it)
         partings = [ray.put((pt.part, pt.position)) for pt in self.parting]
         seeds = pair.seeds
         meter = Progress("refine", 2 * rc.steps, "steps")
@@ -330,8 +330,8 @@ class Run:
                     [w[p].contributions.options(num_returns=P).remote(d) for p in range(P)])
                 h_t = [self._call(w[q].transposed, 1 - d, q, spec.layers > 0, d,
                                   *[parts_of[p][q] for p in range(P)]) for q in range(P)]
-                o_s = self._kept(spec, self._propagate(d, psi, spec, h_s))
-                o_t = self._kept(spec, self._propagate(1 - d, psi, spec, h_t))
+                o_s = self._kept(spec, self._propagate(d, channel, spec, h_s))
+                o_t = self._kept(spec, self._propagate(1 - d, channel, spec, h_t))
                 served = self._per_part([w[q].serve.options(num_returns=P).remote(
                     d, *[block[q] for block in o_t]) for q in range(P)])
                 ray.get([w[p].update.remote(d, len(o_s), *[block[p] for block in o_s],

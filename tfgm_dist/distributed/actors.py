@@ -121,14 +121,13 @@ class AuctionSide:
         """The candidate entries of this part's sources (what :meth:`finish` takes over)."""
         return _held(self.bidding).value.numel()
 
-    def finish(self, num_targets: int, counts: list[int], *received: Any) -> Any:
+    def finish(self, num_targets: int, parts: int, *received: Any) -> Any:
         """The whole auction in this process (:func:`~tfgm_dist.assign.auctioned`), on every
-        part's lists: ``received`` holds each part's source numbers, then its ``counts[q]``
-        chunks of lists. The sources go in ascending order, as ties do on the parts, so the
-        matching is theirs. Returns the rounds, then each part's targets (for
-        :meth:`adopt`)."""
+        part's lists: ``received`` holds each of the ``parts`` parts' source numbers, then
+        all their chunks of lists in the same order. The sources go in ascending order, as
+        ties do on the parts, so the matching is theirs. Returns the rounds, then each
+        part's targets (for :meth:`adopt`)."""
         start = time.perf_counter()
-        parts = len(counts)
         rows = np.concatenate(received[:parts])
         order = torch.from_numpy(np.argsort(rows, kind="stable"))
         matched, rounds = auctioned(_listed(received[parts:]).take_rows(order), num_targets)
