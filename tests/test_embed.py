@@ -116,6 +116,32 @@ def test_duplicate_and_reversed_edges_count_once_in_undirected_operator():
                                torch.tensor(EXPECTED["sum", True], dtype=torch.float))
 
 
+@pytest.mark.parametrize("kind", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("self_loops", [True, False])
+def test_operator_equals_pygs_utilities(kind, self_loops):
+    """The operator is what PyG's to_undirected (max), add_remaining_self_loops, coalesce and
+    gcn_norm make of a weighted edge list with repeated edges and some self-loops given."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+    from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
+    gen = torch.Generator().manual_seed(3)
+    n = 30
+    edges = torch.randint(0, n, (2, 120), generator=gen)
+    edges[:, :5] = torch.arange(5).repeat(2, 1)  # self-loops on nodes 0-4
+    weight = torch.rand(120, generator=gen) + 0.5
+    ei, w = to_undirected(edges, weight, n, reduce="max")
+    if kind == "gcn":
+        ei, w = gcn_norm(ei, w, n, add_self_loops=self_loops)
+    else:
+        if self_loops:
+            ei, w = add_remaining_self_loops(ei, w, 1.0, n)
+        ei, w = coalesce(ei, w, n)
+        if kind == "mean":
+            w = w / degree(ei[1], n, dtype=w.dtype).clamp(min=1)[ei[1]]
+    expected = torch.sparse_coo_tensor(ei.flip(0), w, (n, n)).to_dense()
+    op = graph_operator(edges, n, kind, self_loops=self_loops, edge_weight=weight)
+    torch.testing.assert_close(apply(op, torch.eye(n)), expected)
+
+
 def test_unknown_operator_kind_is_rejected():
     with pytest.raises(ValueError, match="unknown operator"):
         graph_operator(PATH, 4, "max")

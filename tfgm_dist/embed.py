@@ -50,37 +50,46 @@ class Operator:
 def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", *,
                    self_loops: bool = True, directed: bool = False,
                    edge_weight: torch.Tensor | None = None) -> Operator:
-    """Build :math:`\\hat{A}` from an edge list with PyG's utilities.
+    """Build :math:`\\hat{A}` from an edge list.
 
     ``sum``: :math:`\\tilde{A}`; ``mean`` (GraphSAGE): :math:`\\tilde{D}^{-1}\\tilde{A}`;
     ``gcn``: :math:`\\tilde{D}^{-1/2}\\tilde{A}\\tilde{D}^{-1/2}`, where
-    :math:`\\tilde{A} = A + I` when ``self_loops`` and :math:`A` otherwise. Edges are made
-    undirected unless ``directed``.
-    """
-    # Imported here: importing PyG takes 2.6 s of CPU (it loads torch._dynamo), measured on
-    # this 2-core machine, and every Ray worker that imports this module would pay it,
-    # although only the driver builds operators.
-    from torch_geometric.nn.conv.gcn_conv import gcn_norm
-    from torch_geometric.utils import add_remaining_self_loops, coalesce, degree, to_undirected
+    :math:`\\tilde{A} = A + I` when ``self_loops`` and :math:`A` otherwise, the degree
+    :math:`\\tilde{D}` summing a node's incoming weights (``mean``: counting them). Edges are
+    made undirected unless ``directed``; a repeated edge counts once, at its largest weight,
+    and a self-loop already given keeps its weight.
 
+    What PyG's ``to_undirected(reduce="max")``, ``add_remaining_self_loops``, ``coalesce``
+    and ``gcn_norm`` compute (``tests/test_embed.py`` checks it against them), in plain torch:
+    importing PyG costs 2.8 s per process on this machine (it loads ``torch._dynamo``), more
+    than a whole yeast alignment, and every run and Ray worker would pay it for these four
+    lines of arithmetic.
+    """
     if kind not in OPERATORS:
         raise ValueError(f"unknown operator {kind!r}; choose one of {OPERATORS}")
-    if edge_weight is None:
-        edge_weight = torch.ones(edge_index.size(1))
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must be [2, E], got shape {tuple(edge_index.shape)}")
+    src, dst = edge_index
+    w = torch.ones(src.numel()) if edge_weight is None else edge_weight
     if not directed:
-        edge_index, edge_weight = to_undirected(edge_index, edge_weight, num_nodes, reduce="max")
-    if kind == "gcn":
-        edge_index, edge_weight = gcn_norm(edge_index, edge_weight, num_nodes,
-                                           add_self_loops=self_loops)
-        return Operator(edge_index, edge_weight, num_nodes)
+        src, dst, w = torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([w, w])
     if self_loops:
-        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, 1.0,
-                                                           num_nodes)
-    edge_index, edge_weight = coalesce(edge_index, edge_weight, num_nodes)
+        looped = torch.zeros(num_nodes, dtype=torch.bool)
+        looped[src[src == dst]] = True
+        free = (~looped).nonzero().flatten()
+        src, dst = torch.cat([src, free]), torch.cat([dst, free])
+        w = torch.cat([w, torch.ones(free.numel(), dtype=w.dtype)])
+    key, at = torch.unique(src * num_nodes + dst, return_inverse=True)  # sorted: by source
+    w = torch.zeros(key.numel(), dtype=w.dtype).scatter_reduce(0, at, w, "amax",
+                                                               include_self=False)
+    src, dst = key // num_nodes, key % num_nodes
     if kind == "mean":
-        deg = degree(edge_index[1], num_nodes, dtype=edge_weight.dtype)
-        edge_weight = edge_weight / deg.clamp(min=1)[edge_index[1]]
-    return Operator(edge_index, edge_weight, num_nodes)
+        w = w / torch.bincount(dst, minlength=num_nodes).clamp(min=1)[dst].to(w.dtype)
+    elif kind == "gcn":
+        inv_sqrt = torch.zeros(num_nodes, dtype=w.dtype).index_add_(0, dst, w).pow(-0.5)
+        inv_sqrt = inv_sqrt.masked_fill(torch.isinf(inv_sqrt), 0.0)
+        w = inv_sqrt[src] * w * inv_sqrt[dst]
+    return Operator(torch.stack([src, dst]), w, num_nodes)
 
 
 @dataclass(frozen=True)
