@@ -114,7 +114,7 @@ class RowBlock:
 
 def _block_of(nodes: torch.Tensor, halo: torch.Tensor, crow: torch.Tensor, col: torch.Tensor,
               values: torch.Tensor, shape: tuple[int, int]) -> RowBlock:
-    with csr_on_purpose():
+    with sparse_on_purpose():
         return RowBlock(nodes, halo, torch.sparse_csr_tensor(crow, col, values, shape))
 
 
@@ -128,16 +128,17 @@ def row_block(op: Operator, nodes: torch.Tensor) -> RowBlock:
     src, dst, w = op.edge_index[0, keep], op.edge_index[1, keep], op.edge_weight[keep]
     halo, col = torch.unique(src, return_inverse=True)
     row = torch.searchsorted(nodes, dst)
-    with csr_on_purpose():
+    with sparse_on_purpose():
         adj = torch.sparse_coo_tensor(torch.stack([row, col]), w,
                                       (nodes.numel(), halo.numel()))
         return RowBlock(nodes, halo, adj.coalesce().to_sparse_csr())
 
 
 @contextmanager
-def csr_on_purpose() -> Iterator[None]:
-    """Silence, within the block only, the warnings torch gives on every sparse CSR tensor it
-    builds ("beta state", "invariant checks disabled"): this project builds them on purpose."""
+def sparse_on_purpose() -> Iterator[None]:
+    """Silence, within the block only, the warnings torch gives on the sparse tensors it
+    builds (CSR "beta state", and on the first sparse tensor of a process "invariant checks
+    disabled"): this project builds them on purpose."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
         warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly")

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import EmbedConfig
+from .embed import sparse_on_purpose
 from .errors import InputError
 from .graph import Graph
 
@@ -61,9 +62,10 @@ def char_ngrams(names: list[list[str]], n: int = 2, dim: int = 2048) -> list[tor
     out = []
     for rows, cols, n_rows in coo:
         at = torch.from_numpy(np.stack([rows, cols]))
-        x = torch.sparse_coo_tensor(at, torch.ones(len(rows)), (n_rows, dim)).coalesce()
-        out.append(torch.sparse_coo_tensor(x.indices(), x.values() * idf[x.indices()[1]],
-                                           x.shape, is_coalesced=True))
+        with sparse_on_purpose():
+            x = torch.sparse_coo_tensor(at, torch.ones(len(rows)), (n_rows, dim)).coalesce()
+            out.append(torch.sparse_coo_tensor(x.indices(), x.values() * idf[x.indices()[1]],
+                                               x.shape, is_coalesced=True))
     return out
 
 

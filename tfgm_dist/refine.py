@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import EmbedConfig
-from .embed import RowBlock, csr_on_purpose, embed, layer_params
+from .embed import RowBlock, sparse_on_purpose, embed, layer_params
 from .search import Candidates, candidates_from_coo
 from .stopwatch import Progress
 
@@ -65,7 +65,7 @@ def candidate_pattern(index: torch.Tensor, num_cols: int) -> torch.Tensor:
     """The sparse CSR ``[n, num_cols]`` with an entry at every ``(i, index[i, j])``
     (padding at column 0, masked after), for :func:`candidate_cosine`."""
     n_k = index.numel()
-    with csr_on_purpose():
+    with sparse_on_purpose():
         return torch.sparse_csr_tensor(torch.arange(0, n_k + 1, index.size(1)),
                                        index.clamp(min=0).flatten(), torch.zeros(n_k),
                                        (index.size(0), num_cols))
@@ -148,7 +148,7 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
     meter = Progress("refine", steps, "steps")
     for _ in range(steps):
         s = torch.softmax(logits, dim=1).nan_to_num(0.0)
-        with csr_on_purpose():
+        with sparse_on_purpose():
             s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
         r_s = torch.randn(n_s, dim, generator=gen)
         o_s = embed(r_s, block_s, psi, params)

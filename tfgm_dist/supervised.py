@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from . import assign
 from .config import Config, EmbedConfig, FeatureConfig
-from .embed import Operator, graph_operator, whole
+from .embed import Operator, graph_operator, sparse_on_purpose, whole
 from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_labels
@@ -288,8 +288,9 @@ def label_features(o: torch.Tensor, op: Operator, nearest: Nearest, collection: 
     chosen, ok = best.gather(1, top), score.gather(1, top) > -torch.inf
     rows = torch.arange(n)[:, None].expand_as(chosen)
     at = torch.stack([rows[ok], collection.label[chosen[ok]]])
-    return torch.sparse_coo_tensor(at, torch.ones(at.size(1)), (n, collection.num_labels)
-                                   ).coalesce()  # at most k votes a row: sparse
+    with sparse_on_purpose():  # at most k votes a row: sparse
+        return torch.sparse_coo_tensor(at, torch.ones(at.size(1)), (n, collection.num_labels)
+                                       ).coalesce()
 
 
 # ---------------------------------------------------------------------------------------------

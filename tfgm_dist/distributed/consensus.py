@@ -30,7 +30,7 @@ import torch
 
 from ..refine import candidate_cosine, candidate_pattern, indicator_rows, initial, settled
 from ..search import Candidates, candidates_from_coo
-from ..embed import csr_on_purpose
+from ..embed import sparse_on_purpose
 
 Pattern = tuple[np.ndarray, np.ndarray]  # (target positions in their part, source numbers)
 
@@ -125,7 +125,7 @@ class Consensus:
         :meth:`contributions` (in part order)."""
         values = torch.from_numpy(np.concatenate([v for v, _ in received]))[self.order]
         rows = torch.from_numpy(np.concatenate([r for _, r in received]))[self.stacked]
-        with csr_on_purpose():
+        with sparse_on_purpose():
             s_t = torch.sparse_csr_tensor(self.crow, self.col, values,
                                           (self.crow.numel() - 1, self.columns))
         return s_t @ rows
