@@ -136,13 +136,28 @@ def test_anchors_beyond_the_width_are_projected_and_keep_inner_products():
 
 def test_split_seeds_is_deterministic_disjoint_and_a_tenth():
     pairs = (np.arange(500), np.arange(500) + 7)
-    kept, held = auto.split_seeds(pairs, seed=3)
-    again = auto.split_seeds(pairs, seed=3)
-    assert all(np.array_equal(a, b) for a, b in zip(kept + held, again[0] + again[1]))
+    [(kept, held)] = auto.split_seeds(pairs, seed=3)
+    [(again_kept, again_held)] = auto.split_seeds(pairs, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip(kept + held, again_kept + again_held))
     assert held[0].size == 50 and kept[0].size == 450
     assert not set(kept[0]) & set(held[0])
     assert np.array_equal(held[1], held[0] + 7)  # pairs stay pairs
-    assert auto.split_seeds((np.arange(1), np.arange(1)), 0) is None
+    assert auto.split_seeds((np.arange(1), np.arange(1)), 0) == []
+
+
+def test_folds_hold_out_disjoint_tenths_until_enough_are_held_out():
+    pairs = (np.arange(120), np.arange(120) + 7)
+    assert auto.fold_count(120, nodes=800) == 9  # 12 a fold: 108 held out in all
+    assert auto.fold_count(120, nodes=15_000) == 1  # a pass over 15,000 nodes costs too much
+    assert auto.fold_count(4_500, nodes=800) == 1  # 450 held out already
+    folds = auto.split_seeds(pairs, seed=3, folds=9)
+    assert len(folds) == 9 and len(auto.split_seeds(pairs, seed=3, folds=20)) == 10
+    held = np.concatenate([h[0] for _, h in folds])
+    assert held.size == 108 and np.unique(held).size == 108  # disjoint
+    for kept, out in folds:
+        assert kept[0].size == 108 and not set(kept[0]) & set(out[0])
+        assert np.array_equal(np.sort(np.concatenate([kept[0], out[0]])), pairs[0])
+    assert all(np.array_equal(a, b) for a, b in zip(folds[0][1], auto.split_seeds(pairs, 3)[0][1]))
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +177,9 @@ def test_estimate_never_reads_gold_and_tracks_the_true_accuracy(seeded_pair):
                                        seeds=seeded_pair.seeds), Config())
     est = with_gold.metrics["estimate"]
     assert est == no_gold.metrics["estimate"]
-    assert est["held_out"] == 30 and 0 <= est["hits@1"] <= 1 and 0 <= est["mrr"] <= 1
+    # 30 held out a fold, 4 folds (auto.MIN_HELD_OUT)
+    assert est["held_out"] == 120 and est["folds"] == 4
+    assert 0 <= est["hits@1"] <= 1 and 0 <= est["mrr"] <= 1
     assert abs(est["hits@1"] - with_gold.metrics["accuracy"]) < 0.15
     assert torch.equal(with_gold.matched, no_gold.matched)
     assert with_gold.metrics["auto"]["selected"]["anchors"]
@@ -179,9 +196,9 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
     # this pair's vectors are distinct (no structure channel settled); turned on as if settled
     assert not cfg.structure.enabled
     cfg = replace(cfg, structure=replace(cfg.structure, enabled=True))
-    kept, held = auto.split_seeds(seeded_pair.seeds, cfg.seed)
+    [(kept, held)] = auto.split_seeds(seeded_pair.seeds, cfg.seed)
     trial = auto.estimation_pair(replace(seeded_pair, seeds=kept), held)
-    chosen, report = auto.select(trial, cfg, held)
+    chosen, report = auto.select([(trial, held)], cfg)
     assert chosen.embed.layers == report["embed_layers"] in auto.CONTENT_LAYERS
     assert chosen.structure.enabled == report["structure"]
     assert {k.split(",")[0] for k in report["held_out_mrr"]} == {"2 layers", "3 layers"}
@@ -198,9 +215,8 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
                                 torch.from_numpy(held[1]))[0]
         key = f"2 layers, structure {'on' if structure else 'off'}, weight 4, 3 layers"
         assert report["held_out_mrr"][key] == pytest.approx(mrr, abs=1e-4)
-    user = auto.select(trial, replace(cfg, explicit=cfg.explicit + ("embed.layers",
-                                                                    "structure.enabled")),
-                       held)[1]
+    user = auto.select([(trial, held)], replace(
+        cfg, explicit=cfg.explicit + ("embed.layers", "structure.enabled")))[1]
     assert "embed_layers" not in user  # a depth the user set is not chosen among
     assert "structure" not in user  # nor the structure channel
     assert not any(k.startswith(("2 layers", "3 layers")) or "structure" in k
@@ -325,7 +341,7 @@ def test_with_seeds_the_polish_is_kept_only_if_the_held_out_seeds_gain():
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
     pair = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast25_Y2H1.txt", Config())
     nodes, truth = (g.index_of(src.ids, "gold") for g in (pair.source, pair.target))
-    seeded = pipeline.Pair(pair.source, pair.target, seeds=(nodes[:200], truth[:200]))
+    seeded = pipeline.Pair(pair.source, pair.target, seeds=(nodes[:500], truth[:500]))
     _, cfg, prepared = auto.prepare(seeded, Config(), Stopwatch())
     report = prepared.report["polish"]
     held = report["held_out_hits@1"]

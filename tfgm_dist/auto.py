@@ -31,6 +31,7 @@ as a report for ``metrics.json``.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,6 +49,13 @@ log = logging.getLogger(__name__)
 EXACT_MAX_NODES = 200_000  # above this an exact (flat) search is slower than IVF by far
 SMALL_NODES = 5_000  # featureless graphs this small get yeast's wide, long refinement
 HELD_OUT_SHARE = 0.1
+# With few seeds a tenth is too few to choose or estimate on: a yeast copy's 122 seeds hold
+# out 12 (a standard error of 12.5 points), and on pairs holding out 12-101 the estimate erred
+# by 6-14 points. So further disjoint tenths are held out in turn (folds, each a whole pass
+# knowing the other seeds) until MIN_HELD_OUT are held out in all, while folds x nodes stays
+# within FOLD_NODES.
+MIN_HELD_OUT = 100
+FOLD_NODES = 20_000
 ANCHOR_WEIGHTS = (0.25, 1.0, 4.0, 16.0)  # candidates, relative to the content channel's 1
 ANCHOR_LAYERS = (1, 2, 3, 4)
 # Depths of a names or vectors channel chosen among with seeds. Not 1: the held-out MRR, taken
@@ -152,19 +160,32 @@ def _apply(cfg: Config, values: dict[str, Any]) -> Config:
     return replace(with_overrides(cfg, **values), explicit=cfg.explicit)
 
 
-def split_seeds(seeds: Pairs, seed: int, share: float = HELD_OUT_SHARE
-                ) -> tuple[Pairs, Pairs] | None:
-    """Seed pairs cut into ``(kept, held_out)``: a seeded sample of ``share`` of them (at
-    least one) held out, the rest kept; ``None`` with fewer than 2 pairs. Deterministic in
-    ``seed`` and the pairs (a :class:`Pair` holds them by source, whatever the file's order),
-    so reruns estimate on the same pairs."""
+def fold_count(seeds: int, nodes: int, share: float = HELD_OUT_SHARE) -> int:
+    """How many disjoint held-out samples :func:`split_seeds` cuts from ``seeds`` pairs of
+    a pair whose larger graph has ``nodes`` nodes (see :data:`MIN_HELD_OUT`)."""
+    hold = max(1, round(share * seeds))
+    return max(1, min(math.ceil(MIN_HELD_OUT / hold), seeds // hold, FOLD_NODES // max(1, nodes)))
+
+
+def split_seeds(seeds: Pairs, seed: int, share: float = HELD_OUT_SHARE, folds: int = 1
+                ) -> list[tuple[Pairs, Pairs]]:
+    """Seed pairs cut ``folds`` times into ``(kept, held_out)``: fold ``f`` holds out the
+    ``f``-th slice of ``share`` of them (at least one) of a seeded permutation and keeps the
+    rest, so the held-out samples are disjoint (at most ``1 / share`` of them); empty with
+    fewer than 2 pairs. Deterministic in ``seed`` and the pairs (a :class:`Pair` holds them by
+    source, whatever the file's order), so reruns estimate on the same pairs; the first fold
+    does not depend on ``folds``."""
     m = seeds[0].size
     if m < 2:
-        return None
+        return []
     hold = max(1, round(share * m))
     order = np.random.default_rng([seed, m]).permutation(m)
-    out, keep = np.sort(order[:hold]), np.sort(order[hold:])
-    return (seeds[0][keep], seeds[1][keep]), (seeds[0][out], seeds[1][out])
+    out = []
+    for f in range(min(folds, m // hold)):
+        held = np.zeros(m, dtype=bool)
+        held[order[f * hold:(f + 1) * hold]] = True
+        out.append(((seeds[0][~held], seeds[1][~held]), (seeds[0][held], seeds[1][held])))
+    return out
 
 
 def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray]) -> Pair:
@@ -182,48 +203,36 @@ def estimation_pair(pair: Pair, held: tuple[np.ndarray, np.ndarray]) -> Pair:
     return replace(pair, gold=held, queries=queries, candidates=candidates)
 
 
-def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tuple[Config, dict]:
+def select(trials: list[tuple[Pair, Pairs]], cfg: Config) -> tuple[Config, dict]:
     """The anchor channel's weight and depth, with seeds the content channel's depth, and
     whether the structure channel is kept, that rank the held-out seeds best.
 
-    ``pair`` holds the kept seeds (or hints) only (:func:`estimation_pair`). Every candidate of
+    ``trials`` are the folds: each a pair holding the kept seeds (or hints) only
+    (:func:`estimation_pair`) and its held-out pairs. Every candidate of
     :data:`ANCHOR_WEIGHTS` x :data:`ANCHOR_LAYERS`, and no anchors, is scored by the MRR
-    (ties pessimistic) of the held-out sources among the searchable targets, for every depth
-    of :data:`CONTENT_LAYERS` (names or vectors, seeds not hints: on DBP15k with seeds 2
-    layers beat the settled 3 by 0.2-0.3 Hits@1 on every pair, without seeds 3 beat 2 by
-    0.3; the deep degree setting stays), with and without the structure channel when it is
-    on and seeds are known. Each channel is embedded once, at its deepest depth, and
-    shallower ones are its prefixes. Keys the user set stay as set."""
+    (ties pessimistic) of the held-out sources among the searchable targets, over every fold,
+    for every depth of :data:`CONTENT_LAYERS` (names or vectors, seeds not hints: on DBP15k
+    with seeds 2 layers beat the settled 3 by 0.2-0.3 Hits@1 on every pair, without seeds 3
+    beat 2 by 0.3; the deep degree setting stays), with and without the structure channel
+    when it is on and seeds are known. Each channel is embedded once per fold, at its deepest
+    depth, and shallower ones are its prefixes. Keys the user set stay as set."""
     ac, sc, ec = cfg.anchors, cfg.structure, cfg.embed
     if not ac.enabled or cfg.is_set("anchors.weight") and cfg.is_set("anchors.layers"):
         return cfg, {}
+    pair = trials[0][0]
     weights = (ac.weight,) if cfg.is_set("anchors.weight") else ANCHOR_WEIGHTS
     depths = (ac.layers,) if cfg.is_set("anchors.layers") else ANCHOR_LAYERS
+    kind = feature_kind(pair, cfg)
     chosen_depth = (pair.seeds is not None and not cfg.is_set("embed.layers") and not ec.basic
-                    and not feature_kind(pair, cfg).startswith("degree"))
+                    and not kind.startswith("degree"))
     # the settled depth first: it wins a tie
     content_depths = ((ec.layers, *(d for d in CONTENT_LAYERS if d != ec.layers))
                       if chosen_depth else (ec.layers,))
     deepest = replace(cfg, embed=replace(ec, layers=max(content_depths)),
                       anchors=replace(ac, layers=max(depths), weight=1.0))
-    chans = channels(pair, deepest)
-    content, structure, anchor = chans[0], chans[1:-1], chans[-1]
+    structure = sc.enabled and not kind.startswith("degree")  # as :func:`pipeline.channels`
     structures = ((True, False) if structure and pair.seeds is not None
-                  and not cfg.is_set("structure.enabled") else (bool(structure),))
-    ops = operators(pair, cfg)
-    targets = torch.from_numpy(plan(pair, cfg).targets)
-    queries, truth = torch.from_numpy(held[0]), torch.from_numpy(held[1])
-    # one part per content depth, the structure channel's, one per anchor depth: a depth is
-    # a prefix of the blocks (the content's input block, if kept, then one per layer)
-    c_s, c_t = embeddings([content], ops, cfg.seed)
-    width, first = content.x_s.size(1), int(ec.include_input)
-    parts = [_prefix(c_s, c_t, queries, targets, (first + d) * width) for d in content_depths]
-    if structure:
-        s_s, s_t = embeddings(structure, ops, cfg.seed)
-        parts.append(_prefix(s_s, s_t, queries, targets, s_s.size(1)))
-    a_s, a_t = embeddings([anchor], ops, cfg.seed)
-    parts += [_prefix(a_s, a_t, queries, targets, l * anchor.x_s.size(1))
-              for l in range(1, max(depths) + 1)]
+                  and not cfg.is_set("structure.enabled") else (structure,))
     anchor_choices: list[tuple[float, int] | None] = (
         [] if cfg.is_set("anchors.enabled") else [None])
     anchor_choices += [(w, layers) for layers in depths for w in weights]
@@ -231,7 +240,13 @@ def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tupl
     mixes = [[float(d == c) for c in content_depths] + ([float(st)] if structure else [])
              + [0.0 if a is None or l != a[1] else a[0] for l in range(1, max(depths) + 1)]
              for d, st, a in choices]
-    scores = dict(zip(choices, held_out_mrr(parts, mixes, targets, truth)))
+    totals, count = np.zeros(len(choices)), 0
+    for trial, held in trials:
+        parts = _select_parts(trial, cfg, deepest, held, content_depths, max(depths))
+        totals += held[0].size * np.array(held_out_mrr(
+            parts, mixes, torch.from_numpy(plan(trial, cfg).targets), torch.from_numpy(held[1])))
+        count += held[0].size
+    scores = dict(zip(choices, (totals / max(1, count)).tolist()))
     # the first of equals: settled depth, structure as settled, no anchors
     depth, kept, best = max(scores, key=scores.get)
 
@@ -240,7 +255,7 @@ def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tupl
                 + (f"structure {'on' if st else 'off'}, " if len(structures) > 1 else "")
                 + _describe(a))
 
-    report = {"anchors": _describe(best),
+    report = {"anchors": _describe(best), "held_out": count, "folds": len(trials),
               "held_out_mrr": {name(*c): round(v, 4) for c, v in scores.items()}}
     if chosen_depth:
         report["embed_layers"] = depth
@@ -251,6 +266,29 @@ def select(pair: Pair, cfg: Config, held: tuple[np.ndarray, np.ndarray]) -> tupl
     if best is None:
         return replace(cfg, anchors=replace(ac, enabled=False)), report
     return replace(cfg, anchors=replace(ac, weight=best[0], layers=best[1])), report
+
+
+def _select_parts(trial: Pair, cfg: Config, deepest: Config, held: Pairs,
+                  content_depths: tuple[int, ...], anchor_depth: int
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The held-out queries' and the searchable targets' rows of every part :func:`select`
+    mixes: one per content depth, the structure channel's when on, one per anchor depth (a
+    depth is a prefix of the blocks: the content's input block, if kept, then one per
+    layer)."""
+    chans = channels(trial, deepest)
+    content, structure, anchor = chans[0], chans[1:-1], chans[-1]
+    ops = operators(trial, cfg)
+    targets = torch.from_numpy(plan(trial, cfg).targets)
+    queries = torch.from_numpy(held[0])
+    c_s, c_t = embeddings([content], ops, cfg.seed)
+    width, first = content.x_s.size(1), int(cfg.embed.include_input)
+    parts = [_prefix(c_s, c_t, queries, targets, (first + d) * width) for d in content_depths]
+    if structure:
+        s_s, s_t = embeddings(structure, ops, cfg.seed)
+        parts.append(_prefix(s_s, s_t, queries, targets, s_s.size(1)))
+    a_s, a_t = embeddings([anchor], ops, cfg.seed)
+    return parts + [_prefix(a_s, a_t, queries, targets, l * anchor.x_s.size(1))
+                    for l in range(1, anchor_depth + 1)]
 
 
 def _prefix(o_s: torch.Tensor, o_t: torch.Tensor, queries: torch.Tensor, targets: torch.Tensor,
@@ -356,21 +394,24 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     """The pair and settings of the final pass, and what it will be finished with.
 
     Settings: :func:`settle`, then with seeds :func:`select`. With seeds, a run that knows
-    only the kept seeds ranks the held-out ones: the estimate, and the fit of the confidence.
+    only the kept seeds ranks the held-out ones, once per fold (:func:`fold_count`): the
+    estimate, and the fit of the confidence, over every fold's held-out seeds.
     Bootstrapping (``bootstrap.rounds``): the mutual best matches of a pass become hints,
     extra anchors of the next pass that are still searched and output. With seeds the rounds
-    run in the held-out run and stop when the held-out Hits@1 (then MRR) stops improving; the
-    final pass takes the last improving round's hints. Without seeds, nothing can tell a
-    second round from the first, so one round runs: a first pass gives the hints, which are
-    then split like seeds to choose the anchors' weight and depth. Runs in this process, on
-    the Ray path too; the returned pair carries the hints."""
+    run in the held-out runs and stop when the held-out Hits@1 (then MRR) stops improving; the
+    final pass takes the first fold's hints of the last improving round. Without seeds,
+    nothing can tell a second round from the first, so one round runs: a first pass gives the
+    hints, which are then split like seeds to choose the anchors' weight and depth. Runs in
+    this process, on the Ray path too; the returned pair carries the hints."""
     cfg, report = settle(pair, cfg)
     if cfg.assign.polish and cfg.assign.method != "one-to-one":
         raise InputError(f"assign.polish = true needs assign.method = \"one-to-one\" (it "
                          f"moves a matching), not {cfg.assign.method!r}")
     rounds = cfg.bootstrap.rounds
-    split = split_seeds(pair.seeds, cfg.seed) if pair.seeds is not None else None
-    if split is None:
+    nodes = max(pair.source.num_nodes, pair.target.num_nodes)
+    splits = ([] if pair.seeds is None else
+              split_seeds(pair.seeds, cfg.seed, folds=fold_count(pair.seeds[0].size, nodes)))
+    if not splits:
         if not rounds or plan(pair, cfg).sources is None:  # no backward search: no mutual
             return pair, cfg, Prepared(report)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
@@ -378,31 +419,28 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
             hints = mutual_matches(first)
             cfg, report["bootstrap"] = _hinted(pair, cfg, hints)
         return replace(pair, hints=hints), cfg, Prepared(report, first=first)
-    kept, held = split
-    trial = estimation_pair(replace(pair, seeds=kept), held)
+    trials = [(estimation_pair(replace(pair, seeds=kept), held), held) for kept, held in splits]
+    helds = [held for _, held in trials]
     with watch.stage("estimate"):
         if cfg.auto:
-            cfg, report["selected"] = select(trial, cfg, held)
-        scored = pipeline.score(trial, cfg, Stopwatch())
-        guess = pipeline.conclude(trial, scored, cfg, Stopwatch())
-        if cfg.assign.polish and not cfg.is_set("assign.polish"):
-            cfg, guess, report["polish"] = _polish_if_better(trial, scored, cfg, guess, held)
-        found, hints, tried, kept_rounds = estimate.held_out(guess, held), None, [], 0
+            cfg, report["selected"] = select(trials, cfg)
+        cfg, guesses, polish = _decoded(trials, cfg)
+        if polish is not None:
+            report["polish"] = polish
+        found, hints, tried, kept_rounds = estimate.held_out(guesses, helds), None, [], 0
         for _ in range(rounds):
-            more = mutual_matches(guess)
-            if more is None or more[0].size == 0:
+            more = [mutual_matches(guess) for guess in guesses]
+            if any(m is None or m[0].size == 0 for m in more):
                 break
-            nxt = pipeline.align(replace(trial, hints=more), cfg, Stopwatch())
-            better = estimate.held_out(nxt, held)
-            tried.append({"hints": int(more[0].size), "held_out_hits@1": better["hits@1"],
+            nxt = [pipeline.align(replace(trial, hints=m), cfg, Stopwatch())
+                   for (trial, _), m in zip(trials, more)]
+            better = estimate.held_out(nxt, helds)
+            tried.append({"hints": int(more[0][0].size), "held_out_hits@1": better["hits@1"],
                           "held_out_mrr": better["mrr"]})
             if not _held_out_better(better, found):
                 break
-            guess, found, hints, kept_rounds = nxt, better, more, kept_rounds + 1
-        scored = torch.from_numpy(np.isin(guess.rows.numpy(), held[0]))
-        fit = estimate.calibrate(estimate.margins(guess)[scored],
-                                 estimate.correct(guess, held)[scored.numpy()],
-                                 "held-out seeds")
+            guesses, found, hints, kept_rounds = nxt, better, more[0], kept_rounds + 1
+        fit = estimate.fitted(guesses, helds)
     if rounds:
         report["bootstrap"] = {"rounds": kept_rounds, "tried": tried,
                                "hints": 0 if hints is None else int(hints[0].size)}
@@ -412,16 +450,26 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     return pair, cfg, Prepared(report, found, fit)
 
 
-def _polish_if_better(trial: Pair, scored: pipeline.Scored, cfg: Config, polished: Result,
-                      held: tuple[np.ndarray, np.ndarray]) -> tuple[Config, Result, dict]:
-    """The polish (:func:`assign.polish`) kept only if the held-out seeds come out right
-    more often with it than without: on partially overlapping pairs the edges can pull
-    the other way (yeast copies keeping 80 % of the nodes, 20 % seeds: -4.6 / +3.2 / +1.2
-    points of one-to-one accuracy on three pairs). ``polished`` is ``trial``'s result with
-    it; returns the settings, the result and the report."""
+def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config
+             ) -> tuple[Config, list[Result], dict | None]:
+    """Each fold's run, decoded; the settings, the results, and the report of the polish
+    (:func:`assign.polish`) when it was left open: then it is kept only if the held-out
+    seeds come out right more often with it than without, since on partially overlapping
+    pairs the edges can pull the other way (yeast copies keeping 80 % of the nodes, 20 %
+    seeds: -4.6 / +3.2 / +1.2 points of one-to-one accuracy on three pairs). A fold's
+    embeddings are dropped before the next fold's are made."""
+    open_polish = cfg.assign.polish and not cfg.is_set("assign.polish")
     plain_cfg = _apply(cfg, {"assign.polish": False})
-    plain = pipeline.conclude(trial, scored, plain_cfg, Stopwatch())
-    with_it, without = (estimate.held_out(r, held)["hits@1"] for r in (polished, plain))
+    polished, plain = [], []
+    for trial, _ in trials:
+        scored = pipeline.score(trial, cfg, Stopwatch())
+        polished.append(pipeline.conclude(trial, scored, cfg, Stopwatch()))
+        if open_polish:
+            plain.append(pipeline.conclude(trial, scored, plain_cfg, Stopwatch()))
+    if not open_polish:
+        return cfg, polished, None
+    helds = [held for _, held in trials]
+    with_it, without = (estimate.held_out(r, helds)["hits@1"] for r in (polished, plain))
     keep = with_it > without
     report = {"held_out_hits@1": {"polished": with_it, "decoded": without}, "kept": keep}
     log.info("auto: polish %s (held-out Hits@1 %.3f polished, %.3f decoded)",
@@ -438,11 +486,12 @@ def _hinted(pair: Pair, cfg: Config, hints: tuple[np.ndarray, np.ndarray] | None
     report: dict[str, Any] = {"hints": int(hints[0].size), "rounds": 1}
     if not cfg.is_set("anchors.enabled"):
         cfg = _apply(cfg, {"anchors.enabled": True})
-    split = split_seeds(hints, cfg.seed)
-    if cfg.auto and split is not None:
-        kept, held = split
-        cfg, report["selected"] = select(estimation_pair(replace(pair, hints=kept), held),
-                                         cfg, held)
+    nodes = max(pair.source.num_nodes, pair.target.num_nodes)
+    splits = split_seeds(hints, cfg.seed, folds=fold_count(hints[0].size, nodes))
+    if cfg.auto and splits:
+        cfg, report["selected"] = select(
+            [(estimation_pair(replace(pair, hints=kept), held), held) for kept, held in splits],
+            cfg)
     return cfg, report
 
 

@@ -2,8 +2,8 @@
 per match.
 
 - **Estimate.** With seeds, a run that knows only the kept seeds ranks the held-out ones
-  (:func:`tfgm_dist.auto.split_seeds`); the share it decodes right and its MRR
-  (:func:`held_out`) estimate the accuracy of the real run, which knows every seed (so
+  (:func:`tfgm_dist.auto.split_seeds`, once per fold); the share it decodes right and its
+  MRR (:func:`held_out`) estimate the accuracy of the real run, which knows every seed (so
   they err low). Without seeds, :func:`proxy` reports what the scores say of themselves.
 - **Confidence.** A match's margin is its score minus the best other candidate's, over the
   largest possible score (:func:`margins`); the confidence is the probability that a match
@@ -36,14 +36,28 @@ def margins(result: Result) -> torch.Tensor:
     return torch.where(matched >= 0, margin, torch.nan)
 
 
-def held_out(result: Result, held: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
-    """The estimate from a run whose gold is the held-out seeds: Hits@1 is the share of
-    held-out sources decoded to their target (what rank 1 of the output is), MRR that of
-    the ranked lists; rates in ``[0, 1]``, with the standard error of Hits@1."""
-    m, n = result.metrics, int(held[0].size)
-    hits = m["accuracy"]
-    return {"hits@1": round(hits, 4), "mrr": round(m["mrr"], 4), "held_out": n,
-            "stderr": round(math.sqrt(hits * (1 - hits) / n), 4)}
+def held_out(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]
+             ) -> dict[str, Any]:
+    """The estimate from the runs of the folds, each scored on its held-out seeds (its
+    gold): Hits@1 is the share of held-out sources decoded to their target (what rank 1 of
+    the output is), MRR that of the ranked lists, both over every fold's held-out pairs;
+    rates in ``[0, 1]``, with the standard error of Hits@1 and the number of folds."""
+    sizes = np.array([held[0].size for held in helds], dtype=np.float64)
+    n = int(sizes.sum())
+    hits = float(sizes @ [r.metrics["accuracy"] for r in results]) / n
+    mrr = float(sizes @ [r.metrics["mrr"] for r in results]) / n
+    return {"hits@1": round(hits, 4), "mrr": round(mrr, 4), "held_out": n,
+            "stderr": round(math.sqrt(hits * (1 - hits) / n), 4), "folds": len(results)}
+
+
+def fitted(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]) -> Calibration:
+    """The confidence fitted on the held-out rows of every fold's run (:func:`calibrate`)."""
+    margin, label = [], []
+    for result, held in zip(results, helds):
+        rows = np.isin(result.rows.numpy(), held[0])
+        margin.append(margins(result)[torch.from_numpy(rows)])
+        label.append(correct(result, held)[rows])
+    return calibrate(torch.cat(margin), np.concatenate(label), "held-out seeds")
 
 
 def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
