@@ -55,6 +55,7 @@ def test_a_sharded_flat_index_merged_equals_one_index_bit_for_bit():
 
 @pytest.mark.parametrize("n_s, n_t, k, block_cells", [
     (200, 600, 10, 600 * 37),  # several row blocks, merged down the columns
+    (400, 300, 10, 300 * 5),  # blocks of 5 rows: columns' entries buffered over blocks
     (200, 600, 10, 1 << 25),  # one block
     (5, 7, 10, 1 << 25),  # k beyond both sides: padded lists, nothing to tie-check
     (40, 12, 10, 12 * 3),  # blocks thinner than k + 1

@@ -283,7 +283,7 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     with watch.stage("search"):
         searches, backward = {}, None
         if (p.sources is not None and cfg.search.index == "flat" and not gpu_available()
-                and both_ways_pays(p.targets.size, o_t.size(1), k)):
+                and both_ways_pays(o_t.size(1), k)):
             forward, backward = both_ways(o_s[p.sources].numpy(), o_t[p.targets].numpy(), k,
                                           ids_s=p.sources, ids_t=p.targets)
         else:

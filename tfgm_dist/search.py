@@ -317,18 +317,20 @@ def top_k(x_s: np.ndarray, x_t: np.ndarray, k: int, *, candidates: np.ndarray | 
 
 
 BLOCK_CELLS = 1 << 25  # scores held at once by :func:`both_ways`: 128 MiB (2x: 3 % faster)
-# :func:`both_ways` merges each block into every target's running top-(k+1), a sort of
-# m (k+1) scores per block, so its cost grows as m^2 where the product's grows as m d. On 2
-# cores, k = 50, against two flat searches (n = m): m = 30,000, d = 1,536: 35.5 s against
-# 41.5; m = 10,000, d = 512: 2.6 against 2.2; m = 40,000, d = 512: 45.7 against 22.1;
-# m = 5,000, d = 128: 0.4 against 0.3. It pays while m (k + 1) <= BOTH_WAYS_PAYS * d.
-BOTH_WAYS_PAYS = 1_000
+# :func:`both_ways` saves one of the two products of two flat searches and pays for each
+# row's and each column's top-(k+1) of every score (the merges of :class:`ColumnTop`), so it
+# wins where d is wide for k. On 2 cores, k = 50, random unit rows (n = m) against two flat
+# searches: d = 512, m = 20,000 / 40,000: 6.1 / 20.9 s against 5.9 / 18.9; d = 768, m =
+# 10,000: 2.1 against 2.0; d = 1,024, m = 30,000: 17.6 against 22.7; d = 1,536, m = 30,000:
+# 22.9 against 29.9; a featureless 45,000-node pair with seeds (d = 2,048): 63.3 against
+# 93.5. It pays while d >= BOTH_WAYS_DIM_PER_K (k + 1).
+BOTH_WAYS_DIM_PER_K = 20
 
 
-def both_ways_pays(targets: int, dim: int, k: int) -> bool:
-    """Whether :func:`both_ways` beats two flat searches for ``targets`` targets of width
-    ``dim`` (measured: see ``BOTH_WAYS_PAYS``)."""
-    return targets * (k + 1) <= BOTH_WAYS_PAYS * dim
+def both_ways_pays(dim: int, k: int) -> bool:
+    """Whether :func:`both_ways` beats two flat searches over rows of width ``dim`` for
+    ``k`` candidates (measured: see ``BOTH_WAYS_DIM_PER_K``)."""
+    return dim >= BOTH_WAYS_DIM_PER_K * (k + 1)
 
 
 def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
@@ -347,50 +349,83 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    q_s, q_t = (torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in (x_s, x_t))
-    n, m = q_s.size(0), q_t.size(0)
+    # The product through numpy's BLAS (OpenBLAS), not torch's (MKL): on this AMD EPYC
+    # machine 14,888 x 10,500 x 1,792 took 2.3 s against 4.3 s, and 45,000^2 x 2,048 40 s
+    # against 70 s (MKL dispatches AMD CPUs to slower kernels; on Intel the two are alike).
+    q_s, q_t = (np.ascontiguousarray(x, dtype=np.float32) for x in (x_s, x_t))
+    n, m = q_s.shape[0], q_t.shape[0]
     w_row, w_col = min(k + 1, m), min(k + 1, n)
     row_s, row_i = torch.empty(n, w_row), torch.empty(n, w_row, dtype=torch.long)
-    col_s, col_i = torch.empty(0, m), torch.empty(0, m, dtype=torch.long)
+    columns = ColumnTop(m, w_col)
     block = max(1, block_cells // max(1, m))
     meter = Progress("search both ways", n, "queries")
     for start in range(0, n, block):
-        s = q_s[start:start + block] @ q_t.T
+        s = torch.from_numpy(q_s[start:start + block] @ q_t.T)
         row_s[start:start + block], row_i[start:start + block] = s.topk(w_row, dim=1)
-        col_s, col_i = _column_top(col_s, col_i, s, start, w_col)
+        columns.add(s, start)
         meter.advance(s.size(0))
+    col_s, col_i = columns.result()
     return (_canonical(x_s, x_t, ids_t, row_s, row_i, k),
             _canonical(x_t, x_s, ids_s, col_s.T.contiguous(), col_i.T.contiguous(), k))
 
 
-def _column_top(top_s: torch.Tensor, top_i: torch.Tensor, s: torch.Tensor, start: int,
-                width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every column's best ``width`` of ``top_s`` (``[w, m]``, row numbers ``top_i``) and
-    the block ``s`` (rows ``start ..``). A later block only contributes its scores above a
-    column's current ``width``-th, a small share, merged by one sort: a ``topk`` down the
-    columns of every block took 1.2 s of the 5 on DBP15k, this 0.2 s."""
-    if top_s.size(0) < width:  # the first blocks: fewer rows so far than the width
-        s_top, i_top = s.topk(min(width, s.size(0)), dim=0)
-        top_s, top_i = torch.cat([top_s, s_top]), torch.cat([top_i, i_top + start])
-        if top_s.size(0) > width:
-            top_s, pick = top_s.topk(width, dim=0)
-            top_i = top_i.gather(0, pick)
-        return top_s, top_i
-    rows, cols = (s > top_s[-1]).nonzero(as_tuple=True)
-    if rows.numel() == 0:
-        return top_s, top_i
-    m = s.size(1)
-    vals = torch.cat([top_s.flatten(), s[rows, cols]])
-    owners = torch.cat([top_i.flatten(), rows + start])
-    where = torch.cat([torch.arange(m).repeat(width), cols])
-    order = torch.argsort(vals, descending=True, stable=True)
-    order = order[torch.argsort(where[order], stable=True)]
-    first = torch.zeros(m + 1, dtype=torch.long)
-    first[1:] = torch.cumsum(torch.bincount(where, minlength=m), 0)
-    rank = torch.arange(order.numel()) - first[where[order]]
-    keep = order[rank < width]
-    return (vals[keep].view(m, width).T.contiguous(),
-            owners[keep].view(m, width).T.contiguous())
+class ColumnTop:
+    """Every column's best ``width`` scores (and their row numbers) over the row blocks of a
+    ``[n, m]`` product, fed block by block (:meth:`add`), read by :meth:`result`.
+
+    A block only contributes its scores above a column's current ``width``-th, a small
+    share, and those are buffered and merged by one sort once the buffer holds as many
+    entries as the tops: the thresholds lag a little (more entries are buffered), but the
+    sort of all ``m x width`` tops is paid a few times, not once per block. On a
+    44,634-target product (k = 50, 60 blocks) merging every block took 30 s of the 84;
+    merging per block had replaced a ``topk`` down the columns of every block (1.2 s of the
+    5 on DBP15k, then 0.2 s). Equal scores keep the earlier row first, as a merge per block
+    does."""
+
+    def __init__(self, m: int, width: int) -> None:
+        self.m, self.width = m, width
+        self.top_s, self.top_i = torch.empty(0, m), torch.empty(0, m, dtype=torch.long)
+        self.pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.buffered = 0
+
+    def add(self, s: torch.Tensor, start: int) -> None:
+        """Take the block ``s`` ``[b, m]`` of rows ``start ..``."""
+        if self.top_s.size(0) < self.width:  # the first blocks: fewer rows than the width
+            s_top, i_top = s.topk(min(self.width, s.size(0)), dim=0)
+            self.top_s = torch.cat([self.top_s, s_top])
+            self.top_i = torch.cat([self.top_i, i_top + start])
+            if self.top_s.size(0) > self.width:
+                self.top_s, pick = self.top_s.topk(self.width, dim=0)
+                self.top_i = self.top_i.gather(0, pick)
+            return
+        rows, cols = (s > self.top_s[-1]).nonzero(as_tuple=True)
+        if rows.numel():
+            self.pending.append((s[rows, cols], rows + start, cols))
+            self.buffered += rows.numel()
+            if self.buffered >= self.top_s.numel():
+                self._merge()
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[width, m]`` scores and row numbers, each column in descending order."""
+        self._merge()
+        return self.top_s, self.top_i
+
+    def _merge(self) -> None:
+        if not self.pending:
+            return
+        m, width = self.m, self.top_s.size(0)
+        vals = torch.cat([self.top_s.flatten(), *(v for v, _, _ in self.pending)])
+        owners = torch.cat([self.top_i.flatten(), *(r for _, r, _ in self.pending)])
+        where = torch.cat([torch.arange(m).repeat(width), *(c for _, _, c in self.pending)])
+        self.pending, self.buffered = [], 0
+        order = torch.argsort(vals, descending=True, stable=True)
+        order = order[torch.argsort(where[order], stable=True)]
+        first = torch.zeros(m + 1, dtype=torch.long)
+        first[1:] = torch.cumsum(torch.bincount(where, minlength=m), 0)
+        rank = torch.arange(order.numel()) - first[where[order]]
+        keep = order[rank < width]
+        self.top_s = vals[keep].view(m, width).T.contiguous()
+        self.top_i = owners[keep].view(m, width).T.contiguous()
 
 
 def _canonical(queries: np.ndarray, base: np.ndarray, ids: np.ndarray, raw: torch.Tensor,
