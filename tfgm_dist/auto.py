@@ -13,14 +13,15 @@ the job reads what it was given and chooses:
    :data:`EXACT_MAX_NODES` an IVF index.
 2. :func:`select` — with seeds, the anchor channel's weight and depth, the content
    channel's depth and whether the structure channel stays: every candidate is
-   scored on a held-out share of the seeds (:func:`split_seeds`), by the MRR of the held-out
-   sources among the searchable targets, from one embedding per channel (depths are prefixes
-   of the deepest one), so the choice costs one search of the held-out rows per candidate.
+   scored on a held-out share of the seeds (:func:`split_seeds`; with few seeds several
+   disjoint shares in turn, :func:`fold_count`), by the MRR of the held-out sources among
+   the searchable targets, from one embedding per channel and fold (depths are prefixes of
+   the deepest one), so the choice costs one search of the held-out rows per candidate.
 
 3. :func:`prepare` — bootstrapping: mutual best matches become hints, anchors of the next
    pass that are still output (:attr:`Pair.hints`), for as many rounds as the held-out
    estimate improves.
-4. :func:`align` — the whole automatic run: with seeds, a run that knows only the kept
+4. :func:`align` — the whole automatic run: with seeds, a run per fold that knows only the kept
    seeds first estimates the accuracy on the held-out ones and fits the confidence
    (:mod:`tfgm_dist.estimate`); the output is then computed with every seed.
 
