@@ -42,7 +42,8 @@ import torch
 from . import assign, estimate, features, metrics, pipeline
 from .config import Config, with_overrides
 from .errors import InputError
-from .pipeline import Pair, Result, channels, embeddings, feature_kind, operators, plan
+from .pipeline import (Pair, Result, channels, embeddings, feature_kind, has_structure,
+                       operators, plan)
 from .stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,19 @@ def _apply(cfg: Config, values: dict[str, Any]) -> Config:
 def fold_count(seeds: int, nodes: int, share: float = HELD_OUT_SHARE) -> int:
     """How many disjoint held-out samples :func:`split_seeds` cuts from ``seeds`` pairs of
     a pair whose larger graph has ``nodes`` nodes (see :data:`MIN_HELD_OUT`)."""
-    hold = max(1, round(share * seeds))
+    hold = _held_per_fold(seeds, share)
     return max(1, min(math.ceil(MIN_HELD_OUT / hold), seeds // hold, FOLD_NODES // max(1, nodes)))
+
+
+def _held_per_fold(pairs: int, share: float) -> int:
+    return max(1, round(share * pairs))
+
+
+def _folds(pairs: Pairs, pair: Pair, seed: int) -> list[tuple[Pairs, Pairs]]:
+    """:func:`split_seeds` of ``pairs`` (seeds or hints of ``pair``) into as many folds as
+    :func:`fold_count` gives for ``pair``'s size."""
+    nodes = max(pair.source.num_nodes, pair.target.num_nodes)
+    return split_seeds(pairs, seed, folds=fold_count(pairs[0].size, nodes))
 
 
 def split_seeds(seeds: Pairs, seed: int, share: float = HELD_OUT_SHARE, folds: int = 1
@@ -179,7 +191,7 @@ def split_seeds(seeds: Pairs, seed: int, share: float = HELD_OUT_SHARE, folds: i
     m = seeds[0].size
     if m < 2:
         return []
-    hold = max(1, round(share * m))
+    hold = _held_per_fold(m, share)
     order = np.random.default_rng([seed, m]).permutation(m)
     out = []
     for f in range(min(folds, m // hold)):
@@ -231,7 +243,7 @@ def select(trials: list[tuple[Pair, Pairs]], cfg: Config) -> tuple[Config, dict]
                       if chosen_depth else (ec.layers,))
     deepest = replace(cfg, embed=replace(ec, layers=max(content_depths)),
                       anchors=replace(ac, layers=max(depths), weight=1.0))
-    structure = sc.enabled and not kind.startswith("degree")  # as :func:`pipeline.channels`
+    structure = has_structure(pair, cfg)
     structures = ((True, False) if structure and pair.seeds is not None
                   and not cfg.is_set("structure.enabled") else (structure,))
     anchor_choices: list[tuple[float, int] | None] = (
@@ -243,9 +255,10 @@ def select(trials: list[tuple[Pair, Pairs]], cfg: Config) -> tuple[Config, dict]
              for d, st, a in choices]
     totals, count = np.zeros(len(choices)), 0
     for trial, held in trials:
-        parts = _select_parts(trial, cfg, deepest, held, content_depths, max(depths))
-        totals += held[0].size * np.array(held_out_mrr(
-            parts, mixes, torch.from_numpy(plan(trial, cfg).targets), torch.from_numpy(held[1])))
+        targets = torch.from_numpy(plan(trial, cfg).targets)
+        parts = _select_parts(trial, cfg, deepest, held, targets, content_depths, max(depths))
+        totals += held[0].size * np.array(held_out_mrr(parts, mixes, targets,
+                                                       torch.from_numpy(held[1])))
         count += held[0].size
     scores = dict(zip(choices, (totals / max(1, count)).tolist()))
     # the first of equals: settled depth, structure as settled, no anchors
@@ -269,17 +282,16 @@ def select(trials: list[tuple[Pair, Pairs]], cfg: Config) -> tuple[Config, dict]
     return replace(cfg, anchors=replace(ac, weight=best[0], layers=best[1])), report
 
 
-def _select_parts(trial: Pair, cfg: Config, deepest: Config, held: Pairs,
+def _select_parts(trial: Pair, cfg: Config, deepest: Config, held: Pairs, targets: torch.Tensor,
                   content_depths: tuple[int, ...], anchor_depth: int
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The held-out queries' and the searchable targets' rows of every part :func:`select`
-    mixes: one per content depth, the structure channel's when on, one per anchor depth (a
-    depth is a prefix of the blocks: the content's input block, if kept, then one per
-    layer)."""
+    """The held-out queries' and the searchable ``targets``' rows of every part
+    :func:`select` mixes: one per content depth, the structure channel's when on, one per
+    anchor depth (a depth is a prefix of the blocks: the content's input block, if kept,
+    then one per layer)."""
     chans = channels(trial, deepest)
     content, structure, anchor = chans[0], chans[1:-1], chans[-1]
     ops = operators(trial, cfg)
-    targets = torch.from_numpy(plan(trial, cfg).targets)
     queries = torch.from_numpy(held[0])
     c_s, c_t = embeddings([content], ops, cfg.seed)
     width, first = content.x_s.size(1), int(cfg.embed.include_input)
@@ -409,9 +421,7 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
         raise InputError(f"assign.polish = true needs assign.method = \"one-to-one\" (it "
                          f"moves a matching), not {cfg.assign.method!r}")
     rounds = cfg.bootstrap.rounds
-    nodes = max(pair.source.num_nodes, pair.target.num_nodes)
-    splits = ([] if pair.seeds is None else
-              split_seeds(pair.seeds, cfg.seed, folds=fold_count(pair.seeds[0].size, nodes)))
+    splits = [] if pair.seeds is None else _folds(pair.seeds, pair, cfg.seed)
     if not splits:
         if not rounds or plan(pair, cfg).sources is None:  # no backward search: no mutual
             return pair, cfg, Prepared(report)
@@ -487,8 +497,7 @@ def _hinted(pair: Pair, cfg: Config, hints: tuple[np.ndarray, np.ndarray] | None
     report: dict[str, Any] = {"hints": int(hints[0].size), "rounds": 1}
     if not cfg.is_set("anchors.enabled"):
         cfg = _apply(cfg, {"anchors.enabled": True})
-    nodes = max(pair.source.num_nodes, pair.target.num_nodes)
-    splits = split_seeds(hints, cfg.seed, folds=fold_count(hints[0].size, nodes))
+    splits = _folds(hints, pair, cfg.seed)
     if cfg.auto and splits:
         cfg, report["selected"] = select(
             [(estimation_pair(replace(pair, hints=kept), held), held) for kept, held in splits],

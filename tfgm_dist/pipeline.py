@@ -159,7 +159,7 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
         x_s, x_t = features.tie_seeds(x_s, x_t, *(torch.from_numpy(a) for a in pair.seeds))
     out = [features.Channel(kind, x_s, x_t, cfg.embed)]
     sc = cfg.structure
-    if sc.enabled and not kind.startswith("degree"):
+    if has_structure(pair, cfg):
         if sc.dim < x_s.size(1):
             x_s, x_t = features.random_projection([x_s, x_t], sc.dim, cfg.seed)
         spec = replace(cfg.embed, layers=sc.layers, bias=sc.bias, include_input=False,
@@ -172,6 +172,12 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
         spec = replace(cfg.embed, layers=ac.layers, include_input=False, bias=0.0, basic=False)
         out.append(features.Channel("anchors", a_s, a_t, spec, ac.weight))
     return out
+
+
+def has_structure(pair: Pair, cfg: Config) -> bool:
+    """Whether :func:`channels` adds the structure channel: when enabled, to names or
+    vectors (a degree encoding already is structure)."""
+    return cfg.structure.enabled and not feature_kind(pair, cfg).startswith("degree")
 
 
 def scale(chans: list[features.Channel]) -> float:

@@ -351,7 +351,7 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
         raise ValueError(f"k must be >= 1, got {k}")
     # The product through numpy's BLAS (OpenBLAS), not torch's (MKL): on this AMD EPYC
     # machine 14,888 x 10,500 x 1,792 took 2.3 s against 4.3 s, and 45,000^2 x 2,048 40 s
-    # against 70 s (MKL dispatches AMD CPUs to slower kernels; on Intel the two are alike).
+    # against 70 s (190 against 100 GF/s; not measured on an Intel CPU).
     q_s, q_t = (np.ascontiguousarray(x, dtype=np.float32) for x in (x_s, x_t))
     n, m = q_s.shape[0], q_t.shape[0]
     w_row, w_col = min(k + 1, m), min(k + 1, n)
@@ -377,10 +377,10 @@ class ColumnTop:
     share, and those are buffered and merged by one sort once the buffer holds as many
     entries as the tops: the thresholds lag a little (more entries are buffered), but the
     sort of all ``m x width`` tops is paid a few times, not once per block. On a
-    44,634-target product (k = 50, 60 blocks) merging every block took 30 s of the 84;
-    merging per block had replaced a ``topk`` down the columns of every block (1.2 s of the
-    5 on DBP15k, then 0.2 s). Equal scores keep the earlier row first, as a merge per block
-    does."""
+    44,634-target product (k = 50, 60 blocks) the whole two-way search took 84 s merging
+    every block and 63 s buffered; merging per block had replaced a ``topk`` down the
+    columns of every block (1.2 s of the 5 on DBP15k, then 0.2 s). Equal scores keep the
+    earlier row first, as a merge per block does."""
 
     def __init__(self, m: int, width: int) -> None:
         self.m, self.width = m, width
