@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from tfgm_dist.search import (Candidates, both_ways, build_index, candidates_from_coo, exact_best,
-                              pq_codes, probe, probe_rows, search, top_k, tune_nprobe)
+                              pq_codes, probe, probe_rows, search, top_k, trained_index,
+                              training_rows, tune_nprobe)
 
 INF = float("inf")
 
@@ -119,6 +120,31 @@ def test_approximate_indexes_reach_recall_at_10(kind, options):
     recall = hits / exact.index.numel()
     assert recall >= 0.9, f"{kind} recall@10 = {recall:.3f}"
     assert (approx.index >= 0).all()
+
+
+@pytest.mark.parametrize("kind", ["ivf", "ivfpq"])
+def test_shards_copying_one_trained_index_find_what_one_index_finds(kind):
+    """Shards that each add their rows to a copy of one index trained on the whole base's
+    sample probe the same lists: merged, IVF's lists are one index's; IVF-PQ's best are at
+    least as good (each shard re-ranks its own best codes). Shards trained apart scan other
+    lists, and tie this test's queries to no single index."""
+    x_s, x_t = noisy_pair(3000, 32, 0.8, 30)
+    n, k = x_t.shape[0], 10
+    one = search(build_index(x_t, kind, nprobe=4), x_s, k)
+    trained = trained_index(x_t[training_rows(n, kind, None, 0)], n, kind, None)
+    ids = np.array_split(np.random.default_rng(1).permutation(n), 3)
+    lists = [search(build_index(x_t[i], kind, nprobe=4, trained=trained), x_s, k, ids=i)
+             for i in ids]
+    merged = Candidates.sorted(torch.cat([c.scores for c in lists], 1),
+                               torch.cat([c.index for c in lists], 1))
+    if kind == "ivf":
+        assert torch.equal(merged.index[:, :k], one.index)
+        assert torch.equal(merged.scores[:, :k], one.scores)
+    else:
+        assert (merged.scores[:, :k] >= one.scores).all()
+        assert (merged.index[:, 0] == one.index[:, 0]).float().mean() > 0.95
+    apart = [search(build_index(x_t[i], kind, nprobe=4), x_s, k, ids=i) for i in ids]
+    assert not all(torch.equal(a.index, b.index) for a, b in zip(apart, lists))
 
 
 def noisy_pair(n: int, d: int, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -350,11 +350,12 @@ def test_the_knn_sharded_over_ray_actors_gives_the_same_matches(
     config = tmp_path / "cfg.toml"
     config.write_text('[features]\nkind = "degree-onehot"\n[supervised]\nk = 2\n')
     x = np.random.default_rng(1).standard_normal((500, 16)).astype(np.float32)
-    sharded = ShardedIndex(x, 3, {"kind": "flat"})
-    got = sharded(x[:40], 7)
-    sharded.close()
-    want = search(build_index(x), x[:40], 7)
-    assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
+    for options in ({"kind": "flat"}, {"kind": "ivf", "nlist": None, "nprobe": 3, "seed": 0}):
+        sharded = ShardedIndex(x, 3, options)  # IVF: the shards copy one trained index
+        got = sharded(x[:40], 7)
+        sharded.close()
+        want = search(build_index(x, **options), x[:40], 7)
+        assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
     for name, extra in (("one", []), ("ray", ["--partitions", "3"])):
         assert cli.main(["-q", "align-supervised", str(t["collection"]), str(t["source"]),
                          str(t["target"]), "--out", str(tmp_path / name), "--gold",

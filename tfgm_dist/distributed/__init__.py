@@ -53,10 +53,10 @@ from ..config import Config, EmbedConfig
 from ..embed import LayerParams, layer_params
 from ..errors import InputError
 from ..features import Channel
-from ..partition import partition
+from ..partition import Partition, partition
 from ..pipeline import (NO_GOLD_ASKED, Pair, Plan, channels, consensus_psi, operators, plan, scale,
                         search_options)
-from ..search import IVF_KINDS, probe_rows, tune_nprobe
+from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartWorker, ShardedIndex, finish,
                      gathered_embedding, usage_of, write_part)
@@ -459,13 +459,17 @@ class Run:
         shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
         shard_rows = [bpart.position[ids] for ids in shard_ids]
         shards = [p for p in range(self.P) if shard_ids[p].size]
+        trained = None
+        if opts["kind"] in IVF_KINDS:
+            trained = self._trained(opts, base, base_nodes, bpart, shards)
         if recall > 0 and opts["kind"] in IVF_KINDS:
             sample = query_nodes[probe_rows(query_nodes.size, self.cfg.seed)]
             sample_rows = [qpart.position[sample[qpart.part[sample] == q]] for q in range(self.P)]
 
             def measure(nprobe: int) -> tuple[np.ndarray, np.ndarray, int]:
                 got = ray.get([self.workers[p].probe.remote(key, k, base[p], shard_rows[p], opts,
-                                                            nprobe, sample_rows, *queries)
+                                                            trained, nprobe, sample_rows,
+                                                            *queries)
                                for p in shards])
                 return (np.max([f for f, _, _ in got], axis=0),
                         np.max([e for _, e, _ in got], axis=0), max(n for _, _, n in got))
@@ -481,10 +485,25 @@ class Run:
             for nodes in np.array_split(part, max(1, -(-part.size // SEARCH_CHUNK))):
                 hits = [self.workers[p].search.remote(key, k, queries[q],
                                                       qpart.position[nodes], base[p],
-                                                      shard_rows[p], shard_ids[p], opts)
+                                                      shard_rows[p], shard_ids[p], opts, trained)
                         for p in shards]
                 merged[q].append(self.workers[q].merge.remote(k, *hits))
                 rows[q].append(nodes)
             log.info("search %s: part %d/%d, %d queries through %d shards", key, q + 1,
                      self.P, part.size, len(shards))
         return merged, rows
+
+    def _trained(self, opts: dict, base: list, base_nodes: np.ndarray, bpart: Partition,
+                 shards: list[int]) -> ray.ObjectRef:
+        """One IVF index trained for the whole base, serialised, for every shard to copy:
+        the sample one process trains on (:func:`~tfgm_dist.search.training_rows` of
+        ``base_nodes``), each part sending its share of it to the first shard's actor."""
+        kind = ray.get(self.workers[shards[0]].index_kind.remote(opts["kind"]))
+        position = training_rows(base_nodes.size, kind, opts["nlist"], opts["seed"])
+        sample = base_nodes[position]
+        mine = [np.flatnonzero(bpart.part[sample] == p) for p in shards]
+        pieces = [self.workers[p].rows_of.remote(base[p], bpart.position[sample[m]])
+                  for p, m in zip(shards, mine)]
+        return self.workers[shards[0]].train.remote(
+            kind, base_nodes.size, opts["nlist"], len(shards),
+            *[position[m] for m in mine], *pieces)

@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import faiss
 import numpy as np
 import ray
 import torch
@@ -24,7 +25,8 @@ from ..embed import LayerParams, Operator, layer
 from ..partition import Partition
 from ..pipeline import Pair, Plan, Result, Scored, conclude, evaluate, refined
 from ..refine import list_width
-from ..search import IVF_KINDS, Candidates, build_index, exact_best, probe, search, set_nprobe
+from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
+                      probe, search, set_nprobe, trained_index, training_rows)
 from ..stopwatch import Stopwatch, peak_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
@@ -62,7 +64,6 @@ def _threads(num_cpus: float) -> int:
     warnings.filterwarnings("ignore", "The given NumPy array is not writable")
     n = max(1, int(num_cpus))
     torch.set_num_threads(n)
-    import faiss
     faiss.omp_set_num_threads(n)
     return n
 
@@ -204,23 +205,47 @@ class PartWorker(AuctionSide):
         return np.ascontiguousarray(np.concatenate([b * f for b, f in zip(blocks, scales)],
                                                    axis=1), dtype=np.float32)
 
+    def rows_of(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``x[rows]``: this part's share of a training sample of its embedding ``x``."""
+        return x[rows]
+
+    def index_kind(self, kind: str) -> str:
+        """The IVF index kind this actor's FAISS builds for ``kind``
+        (:func:`~tfgm_dist.search.ivf_kind`)."""
+        return ivf_kind(kind, gpu_available())
+
+    def train(self, kind: str, n: int, nlist: int | None, parts: int, *received: np.ndarray
+              ) -> np.ndarray:
+        """A trained, empty IVF index of ``kind`` (:meth:`index_kind`) for a base of ``n``
+        rows sharded over the parts (:func:`~tfgm_dist.search.trained_index`), serialised:
+        ``received`` holds each of the ``parts`` parts' sample positions, then their rows
+        (:meth:`rows_of`) in the same order; the sample is trained on in the order of its
+        positions, as in one process."""
+        start = time.perf_counter()
+        order = np.argsort(np.concatenate(received[:parts]), kind="stable")
+        sample = np.concatenate(received[parts:])[order]
+        index = trained_index(sample, n, kind, nlist)
+        self.usage.add("search", start)
+        return faiss.serialize_index(index)
+
     def probe(self, key: str, k: int, base: np.ndarray, base_rows: np.ndarray, options: dict,
-              nprobe: int, rows: list[np.ndarray], *queries: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, int]:
+              trained: np.ndarray | None, nprobe: int, rows: list[np.ndarray],
+              *queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """:meth:`SearchShard.probe` of the sample queries, rows ``rows[q]`` of each query
         part ``queries[q]``."""
         start = time.perf_counter()
         probes = np.concatenate([x[r] for x, r in zip(queries, rows)])
-        out = self.shard.probe(key, k, base, base_rows, options, nprobe, probes)
+        out = self.shard.probe(key, k, base, base_rows, options, nprobe, probes, trained)
         self.usage.add("search", start)
         return out
 
     def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
-               base_rows: np.ndarray, base_ids: np.ndarray, options: dict
-               ) -> tuple[np.ndarray, np.ndarray]:
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict,
+               trained: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`SearchShard.search` of ``queries[rows]``."""
         start = time.perf_counter()
-        out = self.shard.search(key, k, _take(queries, rows), base, base_rows, base_ids, options)
+        out = self.shard.search(key, k, _take(queries, rows), base, base_rows, base_ids, options,
+                                trained)
         self.usage.add("search", start)
         return out
 
@@ -418,28 +443,34 @@ class SearchShard:
         self.indexes: dict[str, Any] = {}
         self.exact: dict[str, np.ndarray] = {}
 
-    def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict):
+    def _index(self, key: str, base: np.ndarray, base_rows: np.ndarray, options: dict,
+               trained: np.ndarray | None):
         if key not in self.indexes:
-            self.indexes[key] = build_index(_take(base, base_rows), **options)
+            self.indexes[key] = build_index(
+                _take(base, base_rows), **options,
+                trained=None if trained is None else faiss.deserialize_index(trained))
         return self.indexes[key]
 
     def probe(self, key: str, k: int, base: np.ndarray, base_rows: np.ndarray, options: dict,
-              nprobe: int, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+              nprobe: int, probes: np.ndarray, trained: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, int]:
         """For sample queries ``probes``: the best score this shard's index finds with
         ``nprobe`` lists, the exact best score in the shard, and the shard's number of lists
-        (:func:`~tfgm_dist.search.tune_nprobe` takes the maxima over the shards)."""
-        index = self._index(key, base, base_rows, options)
+        (:func:`~tfgm_dist.search.tune_nprobe` takes the maxima over the shards).
+        ``trained``: a serialised IVF index every shard copies (:meth:`PartWorker.train`),
+        else each shard trains its own."""
+        index = self._index(key, base, base_rows, options, trained)
         if key not in self.exact:
             self.exact[key] = exact_best(_take(base, base_rows), probes)
         found, nlist = probe(index, probes, k, nprobe)
         return found, self.exact[key], nlist
 
     def search(self, key: str, k: int, queries: np.ndarray, base: np.ndarray,
-               base_rows: np.ndarray, base_ids: np.ndarray, options: dict
-               ) -> tuple[np.ndarray, np.ndarray]:
+               base_rows: np.ndarray, base_ids: np.ndarray, options: dict,
+               trained: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of ``queries`` among ``base[base_rows]`` (node numbers ``base_ids``),
-        with ``options["nprobe"]`` lists for an IVF index."""
-        index = self._index(key, base, base_rows, options)
+        with ``options["nprobe"]`` lists for an IVF index (``trained``: as in :meth:`probe`)."""
+        index = self._index(key, base, base_rows, options, trained)
         if options["kind"] in IVF_KINDS:
             set_nprobe(index, options["nprobe"])
         c = search(index, queries, k, ids=base_ids)
@@ -451,27 +482,37 @@ class Shard:
     """Some rows of a matrix (node numbers ``ids``) as one :class:`SearchShard`, held by one
     actor."""
 
-    def __init__(self, x: np.ndarray, ids: np.ndarray, options: dict, num_cpus: float) -> None:
+    def __init__(self, x: np.ndarray, ids: np.ndarray, options: dict,
+                 trained: np.ndarray | None, num_cpus: float) -> None:
         _threads(num_cpus)
-        self.x, self.ids, self.options = x, ids, options
+        self.x, self.ids, self.options, self.trained = x, ids, options, trained
         self.shard = SearchShard()
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.shard.search("x", k, queries, self.x, np.arange(self.x.shape[0]), self.ids,
-                                 self.options)
+                                 self.options, self.trained)
 
 
 class ShardedIndex:
     """The rows of ``x`` split into ``shards`` FAISS indexes on Ray actors; calling it with
     ``(queries, k)`` merges the per-shard top-k into :class:`Candidates`, equal to one
-    index's for exact (``flat``) indexes. The supervised kNN searches its labelled nodes so."""
+    index's for exact (``flat``) indexes, and an IVF index is trained once, here, for every
+    shard to copy (:func:`~tfgm_dist.search.trained_index`). The supervised kNN searches its
+    labelled nodes so."""
 
     def __init__(self, x: np.ndarray, shards: int, options: dict) -> None:
         cpus, _ = resources()
-        bounds = np.linspace(0, x.shape[0], shards + 1).astype(np.int64)
+        n, trained = x.shape[0], None
+        if options["kind"] in IVF_KINDS:
+            kind = ivf_kind(options["kind"], gpu_available())
+            sample = x[training_rows(n, kind, options["nlist"], options["seed"])]
+            trained = ray.put(faiss.serialize_index(
+                trained_index(sample, n, kind, options["nlist"])))
+        bounds = np.linspace(0, n, shards + 1).astype(np.int64)
         self.actors = [Shard.options(num_cpus=cpus / shards * RESTART_HEADROOM,
                                      scheduling_strategy="SPREAD").remote(
-            x[a:b], np.arange(a, b), options, cpus / shards) for a, b in zip(bounds, bounds[1:])]
+            x[a:b], np.arange(a, b), options, trained, cpus / shards)
+            for a, b in zip(bounds, bounds[1:])]
         log.info("search: %d rows in %d shards", x.shape[0], shards)
 
     def __call__(self, queries: np.ndarray, k: int) -> Candidates:
