@@ -38,6 +38,7 @@ the pure halo planner in :mod:`.halo`, joining or starting a cluster and sizing 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -194,10 +195,14 @@ class Run:
             chans = channels(pair, cfg)
             ch = [[c.x_s for c in chans], [c.x_t for c in chans]]
         with self.watch.stage("partition"):
-            ops = operators(pair, cfg)
-            self.parting = [partition(g.edge_index, g.num_nodes, P, seed=cfg.seed,
-                                      method=cfg.ray.partitioner)
-                            for g in (pair.source, pair.target)]
+            # both graphs at once, and the operators meanwhile: METIS runs in a child process
+            # per graph (the 1M pair at P = 2: 17.9 s one after the other, 12.5 s so)
+            with ThreadPoolExecutor(2) as pool:
+                cut = [pool.submit(partition, g.edge_index, g.num_nodes, P, seed=cfg.seed,
+                                   method=cfg.ray.partitioner)
+                       for g in (pair.source, pair.target)]
+                ops = operators(pair, cfg)
+                self.parting = [c.result() for c in cut]
             per_graph = [graph_parts(op, xs, parting)
                          for op, xs, parting in zip(ops, ch, self.parting)]
             self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
