@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from jobs.bench_ray import lists
-from tfgm_dist.assign import (AUCTION_EPS, Bidders, Sellers, argmax, auction, hungarian, mutual,
-                              one_to_one, score_span, sinkhorn_dense, sinkhorn_sparse,
-                              sparse_one_to_one, spanning)
+from tfgm_dist.assign import (AUCTION_EPS, Bidders, Sellers, argmax, auction, best_of, hungarian,
+                              listing_best, mutual, one_to_one, score_span, sinkhorn_dense,
+                              sinkhorn_sparse, sparse_one_to_one, spanning)
 from tfgm_dist.search import Candidates
 
 INF = float("inf")
@@ -48,6 +48,22 @@ def test_mutual_keeps_pairs_that_choose_each_other():
     reverse = cands([[0.5], [0.7], [0.9]], [[0], [2], [0]])
     # s0 -> t2 -> s0 yes; s1 -> t1 -> s2 no; s2 -> t1 -> s2 yes; s3 empty
     assert mutual(forward, reverse).tolist() == [2, -1, 1, -1]
+
+
+def test_listing_best_is_each_targets_best_lister_and_parts_combine_to_the_whole():
+    # rows 10, 11, 12; t0 listed by 10 (0.9) and 12 (0.9): the tie goes to the lower 10
+    forward = cands([[0.9, 0.1], [0.8, 0.3], [0.9, 0.7], [-INF, -INF]],
+                    [[0, 1], [1, 2], [0, 2], [-1, -1]])
+    rows = torch.tensor([10, 11, 12, 13])
+    targets, sources, scores = listing_best(forward, rows)
+    assert targets.tolist() == [0, 1, 2] and sources.tolist() == [10, 11, 12]
+    assert scores.tolist() == pytest.approx([0.9, 0.8, 0.7])
+    c = lists(300, 80, 10, 3, seed=2)  # rounded scores: many ties
+    whole = listing_best(c, torch.arange(300))
+    # three parts, their rows in descending order: the same bests
+    parts = [listing_best(c.take_rows(r), r) for r in torch.arange(300).flip(0).chunk(3)]
+    combined = best_of(*(torch.cat(a) for a in zip(*parts)))
+    assert all(torch.equal(a, b) for a, b in zip(whole, combined))
 
 
 def test_mutual_rejects_mismatched_directions():

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -105,6 +106,7 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
 
 ON_PARTS = {  # the refinement and decoding that run on the part actors
     "auction": ("false", True, "auto"),
+    "auction, no seeds": ("false", False, "auto"),
     "refined": ("true", True, "auto"),
     "refined, no seeds, streamed parts": ("true", False, "streaming"),
 }
@@ -116,7 +118,8 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     """Three parts, the sparse one-to-one auction on the part actors, without and with
     refinement (sharded like the embedding: both directions, seeds pinned): the rows,
     scores, confidence and metrics are one process's. Without seeds the confidence is
-    fitted on the mutual matches of every part's rows. (The other decoders run in one Ray
+    fitted on the mutual matches of every part's rows (unrefined, mutual among the rows
+    listing a target: there is no backward search). (The other decoders run in one Ray
     task with the same code as in one process; every decoder is compared in
     test_pipeline.)"""
     refine, seeded, partitioner = ON_PARTS[case]
@@ -145,6 +148,9 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     metrics = run_job(job(base, tmp_path / f"p{p}", p, **paths))
     (ta, _), (tb, manifest) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
     assert ta.num_rows > 0 and ta.equals(tb)
+    decided = tb.filter(pc.and_(pc.equal(tb.column("rank"), 1),
+                                pc.is_valid(tb.column("target_id"))))
+    assert decided.num_rows > 0 and decided.column("confidence").null_count == 0
     for key in ("accuracy", "hits@1", "hits@10", "reliability", "estimate"):
         assert metrics[key] == single[key], key
     assert metrics["accuracy"] > 0.5

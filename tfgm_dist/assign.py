@@ -46,6 +46,32 @@ def argmax(c: Candidates) -> torch.Tensor:
     return c.index.gather(1, c.scores.argmax(dim=1, keepdim=True)).squeeze(1)
 
 
+def listing_best(c: Candidates, rows: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For each target on the lists ``c`` of the sources ``rows``: the source listing it with
+    the highest score (among equal scores the lowest number), and that score, as
+    ``(targets, sources, scores)`` (:func:`best_of`).
+
+    Where no backward search ran (an IVF search at scale), a target's best source is taken
+    among the rows listing it, so that mutual best matches, and the confidence fitted on
+    them, exist on every run. It can differ from a backward search's only where a source
+    scores the target above its best lister yet holds ``k`` better targets."""
+    valid = c.index >= 0
+    return best_of(c.index[valid], rows[:, None].expand_as(c.index)[valid], c.scores[valid])
+
+
+def best_of(targets: torch.Tensor, sources: torch.Tensor, scores: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Of entries ``(target, source, score)``, the best of each target: the highest score,
+    then the lowest source. Targets ascending; the best of several parts' bests is the best
+    of all their entries, so the parts of a Ray run find one process's."""
+    order = torch.from_numpy(np.lexsort((sources.numpy(), -scores.numpy(), targets.numpy())))
+    t = targets[order]
+    first = torch.ones_like(t, dtype=torch.bool)
+    first[1:] = t[1:] != t[:-1]
+    return t[first], sources[order][first], scores[order][first]
+
+
 def mutual(c: Candidates, reverse: Candidates) -> torch.Tensor:
     """Mutual nearest neighbours: ``[n]`` int64, ``t = best(s)`` when ``best(t) = s``, else ``-1``.
 

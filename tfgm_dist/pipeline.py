@@ -342,12 +342,16 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
         matched, match_score = assign.decode(scored, cfg.assign)
         if cfg.assign.polish and cfg.assign.method == "one-to-one":
             matched, match_score = polished(pair, scored, matched)
-    mutual = None
+    lists = scored.forward.take_rows(scored.rows)
     if scored.backward is not None:
         back = assign.argmax(scored.backward)
-        mutual = (matched >= 0) & (back[matched.clamp(min=0)] == scored.rows)
+    else:
+        targets, sources, _ = assign.listing_best(lists, scored.rows)
+        back = torch.full((scored.num_targets,), -1, dtype=torch.long)
+        back[targets] = sources
+    mutual = (matched >= 0) & (back[matched.clamp(min=0)] == scored.rows)
     # refined scores are two softmax probabilities summed (refine.merge), at most 2
-    result = Result(scored.rows, scored.forward.take_rows(scored.rows), matched, match_score,
+    result = Result(scored.rows, lists, matched, match_score,
                     scale=2.0 if scored.refined else scored.scale, mutual=mutual)
     if pair.gold is not None:
         result.metrics = evaluate(result.candidates, scored.rows, matched, pair.gold)

@@ -296,15 +296,13 @@ class Run:
 
     def _on_parts(self, pl: Plan) -> bool:
         """Whether the refinement (if any) and the one-to-one decoding run on the part actors
-        (:meth:`_refine`, :meth:`_assign`): the sparse auction and no polish; unrefined, no
-        backward search (only the finishing task reads one); refined, no bootstrapping
-        (the driver's first pass calibrates the hinted rows)."""
+        (:meth:`_refine`, :meth:`_assign`): the sparse auction, no polish, no bootstrapping
+        (the driver's first pass calibrates the hinted rows), and unrefined, no backward
+        search (only the finishing task reads one)."""
         ac = self.cfg.assign
         sparse = (ac.method == "one-to-one" and ac.one_to_one in ("auto", "sparse")
-                  and not self.dense and not ac.polish)
-        if self.cfg.refine.enabled:
-            return sparse and self.prepared.first is None
-        return sparse and pl.sources is None
+                  and not self.dense and not ac.polish and self.prepared.first is None)
+        return sparse and (self.cfg.refine.enabled or pl.sources is None)
 
     def _refine(self, searched: list) -> tuple[tuple[list, list], list[ray.ObjectRef]]:
         """Both directions of the refinement on the part actors, each part refining its rows
@@ -355,16 +353,19 @@ class Run:
     def _assign(self, forward: tuple[list, list], best: list[ray.ObjectRef],
                 resume: write.Location) -> tuple[dict, list[ray.ObjectRef]]:
         """:func:`one_to_one` on the part actors, then each concludes its rows; the
-        combined metrics and the parts' pieces. With ``best`` (refined), the rows that are
-        their target's best source too are known, and without held-out seeds the
-        confidence is fitted on them over every part's rows, in one process's order."""
+        combined metrics and the parts' pieces. The rows that are their target's best source
+        too are told by ``best`` (refined) or by the lists (:meth:`.PartWorker.listing_best`),
+        and without held-out seeds the confidence is fitted on them over every part's rows,
+        in one process's order."""
         w, P, pair = self.workers, self.P, self.pair
         one_to_one(w, *forward, pair.target.num_nodes, self.parting[1].part, self.events)
         score_scale = 2.0 if best else scale(self.chans)  # refined: two probabilities summed
+        # unrefined, no backward search: each target's best source among the rows listing it
+        best = best or [w[q].listing_best.remote() for q in range(P)]
         decided = ray.get([w[q].decided.remote(score_scale, pair.target.num_nodes, *best)
                            for q in range(P)])
         fit, self_fitted = None, {}
-        if best and self.prepared.calibration is None:
+        if self.prepared.calibration is None:
             order = np.argsort(np.concatenate([np.concatenate(r) for r in forward[1]]))
             margin = torch.from_numpy(np.concatenate([m for m, _ in decided])[order])
             mutual = np.concatenate([u for _, u in decided])[order]

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint, write
-from ..assign import Bidders, Sellers, argmax, auctioned, listed_score, score_span
+from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, listed_score, listing_best,
+                      score_span)
 from ..auto import Prepared
 from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
@@ -347,10 +348,14 @@ class PartWorker(AuctionSide):
             torch.from_numpy(np.searchsorted(self.parts[0].block.nodes.numpy(), rows)))
         return c.scores.numpy(), c.index.numpy()
 
-    def best_sources(self) -> tuple[np.ndarray, np.ndarray]:
-        """This part's targets and the best source of each after refinement (``-1``:
-        none), to tell mutual matches by."""
-        return self.parts[1].block.nodes.numpy(), argmax(_held(self.refined_lists[1])).numpy()
+    def best_sources(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This part's targets that have a best source after refinement, that source and
+        its score, to tell mutual matches by (as :meth:`AuctionSide.decided` takes them)."""
+        lists = _held(self.refined_lists[1])
+        best = argmax(lists)
+        has = best >= 0
+        top = lists.scores.max(1).values if lists.k else torch.zeros(0)
+        return (self.parts[1].block.nodes[has].numpy(), best[has].numpy(), top[has].numpy())
 
     def merge(self, k: int, *shards: tuple[np.ndarray, np.ndarray]
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -361,25 +366,30 @@ class PartWorker(AuctionSide):
         self.usage.add("search", start)
         return out
 
-    def decided(self, scale: float, num_targets: int, *best: tuple[np.ndarray, np.ndarray]
-                ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Ends the auction: this part's rows decoded, kept for :meth:`conclude`. With
-        ``best`` (each part's targets and their best source, after refinement) it also
-        says which matches are mutual, and returns the margins and that, for a
-        confidence fitted on every part's rows (:func:`~tfgm_dist.estimate.on_mutual`)."""
+    def listing_best(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~tfgm_dist.assign.listing_best` of this part's lists: for each target
+        they name, its best source among this part's rows, and that score."""
+        return tuple(t.numpy() for t in listing_best(self.listed, self.rows))
+
+    def decided(self, scale: float, num_targets: int,
+                *best: tuple[np.ndarray, np.ndarray, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Ends the auction: this part's rows decoded, kept for :meth:`conclude`. ``best``,
+        each part's targets with their best source and its score (:meth:`best_sources`
+        after refinement, else :meth:`listing_best`), tells which matches are mutual;
+        returns the margins and that, for a confidence fitted on every part's rows
+        (:func:`~tfgm_dist.estimate.on_mutual`)."""
         start = time.perf_counter()
         matched = torch.from_numpy(self.matched())
-        mutual = None
-        if best:
-            back = torch.full((num_targets,), -1, dtype=torch.long)
-            for targets, sources in best:
-                back[torch.from_numpy(targets)] = torch.from_numpy(sources)
-            mutual = (matched >= 0) & (back[matched.clamp(min=0)] == self.rows)
+        targets, sources, _ = best_of(*(torch.from_numpy(np.concatenate(a)) for a in zip(*best)))
+        back = torch.full((num_targets,), -1, dtype=torch.long)
+        back[targets] = sources
+        mutual = (matched >= 0) & (back[matched.clamp(min=0)] == self.rows)
         self.piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
                             scale=scale, mutual=mutual)
         self.bidding = self.selling = self.adopted = None
         self.usage.add("assign", start)
-        return None if mutual is None else (margins(self.piece).numpy(), mutual.numpy())
+        return margins(self.piece).numpy(), mutual.numpy()
 
     def conclude(self, q: int, gold: tuple[np.ndarray, np.ndarray] | None, prepared: Prepared,
                  resume: write.Location, fit: Calibration | None = None) -> tuple[Result, dict]:
