@@ -217,6 +217,23 @@ def test_one_to_one_rejects_bad_arguments():
         one_to_one(c, 1, dense_scores=torch.zeros(2, 1))
 
 
+@pytest.mark.parametrize("n,m,seed", [(200, 20, 2), (400, 40, 3)])
+def test_faq_on_sparse_matrices_is_scipys_faq(n, m, seed):
+    """A noisy permuted copy, a tenth of it as seeds, a start as the polish makes one."""
+    from scipy.optimize import quadratic_assignment
+
+    from tfgm_dist.assign import _adjacency, faq
+    rng = np.random.default_rng(seed)
+    e, perm = rng.integers(0, n, (2, 4 * n)), rng.permutation(n)
+    a, b = _adjacency(e, n), _adjacency(perm[e[:, rng.random(e.shape[1]) > 0.2]], n)
+    seeds, k = np.stack([np.arange(m), perm[:m]], 1), n - m
+    p0 = np.full((k, k), 0.1 / k)
+    p0[np.arange(k), rng.permutation(k)] += 0.9
+    want = quadratic_assignment(a.toarray(), b.toarray(), method="faq", options={
+        "P0": p0, "partial_match": seeds, "maximize": True, "maxiter": 10}).col_ind
+    np.testing.assert_array_equal(faq(a, b, p0, seeds, 10), want)
+
+
 def test_polish_recovers_a_permuted_graph_from_a_start_with_swaps_and_keeps_the_seeds():
     import pyarrow as pa
 

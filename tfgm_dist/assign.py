@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import scipy.sparse as sp
 import torch
-from scipy.optimize import linear_sum_assignment, quadratic_assignment
+from scipy.optimize import linear_sum_assignment
 
 from .config import AssignConfig
 from .errors import InputError
@@ -473,7 +473,7 @@ def listed_score(c: Candidates, matched: torch.Tensor) -> torch.Tensor:
     return torch.where(c.index == matched[:, None], c.scores, -torch.inf).max(1).values
 
 
-POLISH_MAX_NODES = 2_000  # dense n x n products and a LAP per step: ~1 s a step at 2,000
+POLISH_MAX_NODES = 2_000  # a dense n x n iterate and a LAP on it per step (faq)
 # FAQ steps: on yeast at 20-25 % noise (3 runs each) 10 steps gained what 30 did (+3.3, +6.1)
 POLISH_STEPS = 10
 
@@ -486,7 +486,7 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     Graph matching as the quadratic assignment problem :math:`\\max_P \\operatorname{tr}(A_s P
     A_t P^\\top)` over permutations (the edges both graphs keep under the matching), solved
     approximately by FAQ (Vogelstein et al., 2015: Frank-Wolfe on the doubly stochastic
-    relaxation, projected by a LAP), ``scipy.optimize.quadratic_assignment``. It starts from
+    relaxation, projected by a LAP), :func:`faq`. It starts from
     the decoded matching (mixed with a tenth of the barycentre, so that the first step can
     leave it) and keeps the ``fixed`` pairs (seeds) in place; the smaller graph is padded
     with isolated nodes. Scores decide the start, the edges the end: on yeast at 5-25 %
@@ -520,16 +520,61 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     column[free_t] = np.arange(free_t.size)
     p0 = np.full((free_s.size, free_t.size), 0.1 / free_s.size)
     p0[np.arange(free_s.size), column[start[free_s]]] += 0.9
-    res = quadratic_assignment(a_s, a_t, method="faq", options={
-        "P0": p0, "partial_match": seeds, "maximize": True, "maxiter": steps})
-    picked = torch.from_numpy(res.col_ind[rows.numpy()].astype(np.int64))
+    picked = torch.from_numpy(faq(a_s, a_t, p0, seeds, steps)[rows.numpy()].astype(np.int64))
     return torch.where(picked < n_t, picked, -1)
 
 
-def _adjacency(edge_index: np.ndarray, n: int) -> np.ndarray:
-    """The dense 0/1 symmetric adjacency of ``edge_index`` padded to ``n`` nodes, without
+def _adjacency(edge_index: np.ndarray, n: int) -> sp.csr_matrix:
+    """The 0/1 symmetric adjacency of ``edge_index`` padded to ``n`` nodes, without
     self-loops (a node kept by the matching is not an edge kept)."""
     u, v = edge_index
     keep = u != v
-    a = sp.coo_matrix((np.ones(int(keep.sum())), (u[keep], v[keep])), shape=(n, n)).toarray()
-    return np.minimum(a + a.T, 1.0)
+    a = sp.coo_matrix((np.ones(int(keep.sum())), (u[keep], v[keep])), shape=(n, n)).tocsr()
+    return (a + a.T).minimum(1.0).tocsr()
+
+
+def faq(a: sp.csr_matrix, b: sp.csr_matrix, p0: np.ndarray, seeds: np.ndarray, steps: int,
+        tol: float = 0.03) -> np.ndarray:
+    """``scipy.optimize.quadratic_assignment(a, b, method="faq", options={"P0": p0,
+    "partial_match": seeds, "maximize": True, "maxiter": steps, "tol": tol}).col_ind``,
+    its steps with the adjacency matrices sparse: scipy multiplies them dense, four
+    n x n x n products a step (yeast at 25 % noise: 1.36 s of a 2.9 s run, 0.25 s here).
+    The same matching where the gradients do not tie (tested); where they do, the sums'
+    other order can break a tie otherwise (yeast, 10 runs per noise level: node correctness
+    within 0.6 points of scipy's, either way).
+
+    ``a``, ``b``: symmetric ``[n, n]``; ``seeds``: ``[m, 2]`` fixed pairs; ``p0``: the
+    doubly stochastic start over the other rows and columns, in increasing order. Returns
+    the column of every row."""
+    n, m = a.shape[0], len(seeds)
+    perm_a = np.concatenate([seeds[:, 0], np.setdiff1d(np.arange(n), seeds[:, 0])])
+    perm_b = np.concatenate([seeds[:, 1], np.setdiff1d(np.arange(n), seeds[:, 1])])
+    a, b = a[perm_a][:, perm_a], b[perm_b][:, perm_b]
+    a12, a21, a22 = a[:m, m:], a[m:, :m], a[m:, m:].tocsr()
+    b12, b21, b22 = b[:m, m:], b[m:, :m], b[m:, m:].tocsr()
+    b22_t = b22.T.tocsr()
+    const = (a21 @ b21.T + a12.T @ b12).toarray()
+    p = p0
+    for _ in range(steps):
+        grad = const + (a22 @ (b22 @ p.T).T) + (a22.T @ (b22_t @ p.T).T)
+        _, cols = linear_sum_assignment(grad, maximize=True)
+        q = np.eye(n - m)[cols]
+        r = p - q
+        # the objective along p + x (q - p) is a x^2 + b x + c (scipy's expansion)
+        ar22, br22 = a22.T @ r, b22 @ r.T
+        lin = (b21.multiply((a21.T @ r).T).sum() + b12.T.multiply((a12 @ r).T).sum()
+               + b22_t[cols].multiply(ar22).sum() + a22.multiply(br22[cols]).sum())
+        quad = (ar22.T * br22).sum()
+        if quad < 0 and 0 <= -lin / (2 * quad) <= 1:
+            alpha = -lin / (2 * quad)
+        else:
+            alpha = float(np.argmin([0, -(lin + quad)]))
+        nxt = alpha * p + (1 - alpha) * q
+        done = np.linalg.norm(p - nxt) / np.sqrt(n - m) < tol
+        p = nxt
+        if done:
+            break
+    _, col = linear_sum_assignment(p, maximize=True)
+    out = np.zeros(n, dtype=np.int64)
+    out[perm_a] = perm_b[np.concatenate([np.arange(m), col + m])]
+    return out
