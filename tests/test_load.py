@@ -95,7 +95,7 @@ def test_whitespace_header_by_name(tmp_path, header):
 
 def test_triples_by_name_and_by_extension(tmp_path):
     text = "1\tborn_in\t2\n2\tpart_of\t3\n1\tborn_in\t3\n"
-    for name in ("triples_1", "kg.triples"):
+    for name in ("triples_1", "kg.triples", "rel_triples_1"):  # JAPE, any, OpenEA
         g = load_graph(write(tmp_path, name, text))
         assert edges(g) == [(1, 2), (2, 3), (1, 3)]
         assert g.stats["relations"] == 2
@@ -106,7 +106,7 @@ def test_fmt_overrides_extension(tmp_path):
     with raises(str(path), "fmt="):
         load_graph(path)
     assert edges(load_graph(path, fmt="triples")) == [("a", "b")]
-    with raises(str(path), "line 1", "weight 'b' is not a number"):
+    with raises(str(path), "line 1", "weight 'b' is not a number", "--format triples"):
         load_graph(path, fmt="edgelist")
     with raises(str(path), "unknown format 'xml'"):
         load_graph(path, fmt="xml")

@@ -34,7 +34,7 @@ __all__ = ["DELTA_LOG", "fetch", "graph_from_tables", "is_delta", "load_graph", 
 def load_graph(path: str | Path, fmt: str | None = None, columns: str = "") -> Graph:
     """Load a graph file or Parquet directory, choosing the format from ``fmt`` or the path.
 
-    A directory is the Parquet layout, ``.gw`` is LEDA, ``triples*``/``.triples`` are
+    A directory is the Parquet layout, ``.gw`` is LEDA, a name holding ``triples`` is
     knowledge-graph triples, and the usual edge-list extensions (or none) are edge lists.
     ``columns`` names the Parquet layout's columns where they differ from its own
     (:func:`~tfgm_dist.config.column_names`); text formats are read by position.

@@ -26,7 +26,7 @@ def guess_format(path: Path) -> str:
         return "parquet"
     if suffix == ".gw":
         return "gw"
-    if suffix == ".triples" or path.name.lower().startswith("triples"):
+    if suffix == ".triples" or "triples" in path.name.lower():  # OpenEA: rel_triples_1
         return "triples"
     if suffix in EDGE_LIST_SUFFIXES:
         return "edgelist"
@@ -39,7 +39,11 @@ def load_edge_list(path: Path) -> Graph:
     rows = read_text_rows(path, ncols=(2, 3), weight_header=True)
     src, dst = infer_ids(rows.columns[0], rows.columns[1])
     ids, s, d = factorize(src, dst)
-    weight = weights_of(rows.columns[2], rows) if len(rows.columns) == 3 else None
+    try:
+        weight = weights_of(rows.columns[2], rows) if len(rows.columns) == 3 else None
+    except InputError as e:
+        raise InputError(f"{e} (if its lines are a knowledge graph's head relation tail, "
+                         "pass --format triples)") from None
     return build_graph(ids, s, d, str(path), weight=weight)
 
 
