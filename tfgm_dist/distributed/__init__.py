@@ -456,7 +456,8 @@ class Run:
         """Per query part, the merged top-k of its ``query_nodes`` over every shard, and
         those nodes, in chunks (ascending).
 
-        An IVF ``nprobe`` is tuned first, on the same sample of query nodes as in one process:
+        An IVF index is trained once for every shard to copy (:meth:`_trained`), and its
+        ``nprobe`` tuned first, on the same sample of query nodes as in one process:
         each shard reports the best score it finds for them and the exact best in the shard,
         and the maxima over the shards are what the merged search finds and should find."""
         k, opts, recall = self.cfg.search.k, search_options(self.cfg), self.cfg.search.recall
@@ -465,10 +466,9 @@ class Run:
         shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
         shard_rows = [bpart.position[ids] for ids in shard_ids]
         shards = [p for p in range(self.P) if shard_ids[p].size]
-        trained = None
-        if opts["kind"] in IVF_KINDS:
-            trained = self._trained(opts, base, base_nodes, bpart, shards)
-        if recall > 0 and opts["kind"] in IVF_KINDS:
+        trained = (self._trained(opts, base, base_nodes, bpart, shards)
+                   if opts["kind"] in IVF_KINDS else None)
+        if recall > 0 and trained is not None:
             sample = query_nodes[probe_rows(query_nodes.size, self.cfg.seed)]
             sample_rows = [qpart.position[sample[qpart.part[sample] == q]] for q in range(self.P)]
 
