@@ -79,6 +79,29 @@ def test_char_ngrams_different_names_differ():
     assert 0.0 < cos(x_s[1], x_t[1]) < 0.9  # shares " p", "pa", "ar"
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_char_ngrams_are_the_grams_of_each_character_window(n):
+    """Against the definition, one window at a time: lower-cased, one space of padding each
+    side, bucket crc32(gram) mod dim, IDF over both lists; names of other scripts, empty and
+    short ones."""
+    import zlib
+    names = [["Ab", "", "x", "北京市", "Ünïcödé ß", "a  b"], ["AB", "Straße", "q", "🙂 ok"]]
+    dim = 64
+    got = dense_ngrams(names, n=n, dim=dim)
+    df, counts = np.zeros(dim), []
+    for texts in names:
+        c = np.zeros((len(texts), dim))
+        for i, text in enumerate(texts):
+            text = f" {text.lower()} "
+            for j in range(len(text) - n + 1):
+                c[i, zlib.crc32(text[j:j + n].encode()) % dim] += 1
+        counts.append(c)
+        df += (c > 0).sum(0)
+    idf = np.log((1 + 10) / (1 + df)) + 1
+    for x, c in zip(got, counts):
+        np.testing.assert_allclose(x.numpy(), c * idf, rtol=1e-6)
+
+
 def test_char_ngrams_rejects_bad_sizes():
     with pytest.raises(ValueError):
         char_ngrams([["a"]], n=0)
