@@ -60,6 +60,16 @@ def listing_best(c: Candidates, rows: torch.Tensor
     return best_of(c.index[valid], rows[:, None].expand_as(c.index)[valid], c.scores[valid])
 
 
+def is_best_source(matched: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor,
+                   sources: torch.Tensor, num_targets: int) -> torch.Tensor:
+    """``[n]`` whether row ``rows[i]`` is the best source of its decoded target
+    ``matched[i]`` (``-1``: none), the targets' best sources given as ``sources`` of
+    ``targets`` (the others have none): the mutual best matches."""
+    back = torch.full((num_targets,), -1, dtype=torch.long)
+    back[targets] = sources
+    return (matched >= 0) & (back[matched.clamp(min=0)] == rows)
+
+
 def best_of(targets: torch.Tensor, sources: torch.Tensor, scores: torch.Tensor
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Of entries ``(target, source, score)``, the best of each target: the highest score,

@@ -344,12 +344,10 @@ def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Resul
             matched, match_score = polished(pair, scored, matched)
     lists = scored.forward.take_rows(scored.rows)
     if scored.backward is not None:
-        back = assign.argmax(scored.backward)
+        targets, sources = torch.arange(scored.num_targets), assign.argmax(scored.backward)
     else:
         targets, sources, _ = assign.listing_best(lists, scored.rows)
-        back = torch.full((scored.num_targets,), -1, dtype=torch.long)
-        back[targets] = sources
-    mutual = (matched >= 0) & (back[matched.clamp(min=0)] == scored.rows)
+    mutual = assign.is_best_source(matched, scored.rows, targets, sources, scored.num_targets)
     # refined scores are two softmax probabilities summed (refine.merge), at most 2
     result = Result(scored.rows, lists, matched, match_score,
                     scale=2.0 if scored.refined else scored.scale, mutual=mutual)

@@ -126,8 +126,8 @@ def build_index(x: np.ndarray, kind: str = "flat", *, nlist: int | None = None,
         index.hnsw.efSearch = ef_search
     else:
         kind = ivf_kind(kind, gpu)
-        index = faiss.clone_index(trained) if trained is not None else trained_index(
-            x[training_rows(n, kind, nlist, seed)], n, kind, nlist)
+        index = (faiss.clone_index(trained) if trained is not None
+                 else trained_on(x, kind, nlist, seed))
         set_nprobe(index, nprobe)  # kept by the GPU copy
     if gpu:
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
@@ -153,6 +153,12 @@ def training_rows(n: int, kind: str, nlist: int | None, seed: int) -> np.ndarray
     seeded sample of :data:`TRAIN_PER_LIST` per list."""
     size = min(n, TRAIN_PER_LIST[kind] * _nlist(n, kind, nlist))
     return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
+def trained_on(x: np.ndarray, kind: str, nlist: int | None, seed: int) -> faiss.Index:
+    """:func:`trained_index` for the rows of ``x``, on their :func:`training_rows`."""
+    n = x.shape[0]
+    return trained_index(x[training_rows(n, kind, nlist, seed)], n, kind, nlist)
 
 
 def trained_index(sample: np.ndarray, n: int, kind: str, nlist: int | None) -> faiss.Index:

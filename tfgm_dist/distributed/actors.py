@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint, write
-from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, listed_score, listing_best,
-                      score_span)
+from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, is_best_source, listed_score,
+                      listing_best, score_span)
 from ..auto import Prepared
 from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
@@ -27,7 +27,7 @@ from ..partition import Partition
 from ..pipeline import Pair, Plan, Result, Scored, conclude, evaluate, refined
 from ..refine import list_width
 from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
-                      probe, search, set_nprobe, trained_index, training_rows)
+                      probe, search, set_nprobe, trained_index, trained_on)
 from ..stopwatch import Stopwatch, peak_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
@@ -382,9 +382,7 @@ class PartWorker(AuctionSide):
         start = time.perf_counter()
         matched = torch.from_numpy(self.matched())
         targets, sources, _ = best_of(*(torch.from_numpy(np.concatenate(a)) for a in zip(*best)))
-        back = torch.full((num_targets,), -1, dtype=torch.long)
-        back[targets] = sources
-        mutual = (matched >= 0) & (back[matched.clamp(min=0)] == self.rows)
+        mutual = is_best_source(matched, self.rows, targets, sources, num_targets)
         self.piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
                             scale=scale, mutual=mutual)
         self.bidding = self.selling = self.adopted = None
@@ -515,9 +513,8 @@ class ShardedIndex:
         n, trained = x.shape[0], None
         if options["kind"] in IVF_KINDS:
             kind = ivf_kind(options["kind"], gpu_available())
-            sample = x[training_rows(n, kind, options["nlist"], options["seed"])]
             trained = ray.put(faiss.serialize_index(
-                trained_index(sample, n, kind, options["nlist"])))
+                trained_on(x, kind, options["nlist"], options["seed"])))
         bounds = np.linspace(0, n, shards + 1).astype(np.int64)
         self.actors = [Shard.options(num_cpus=cpus / shards * RESTART_HEADROOM,
                                      scheduling_strategy="SPREAD").remote(
