@@ -223,6 +223,37 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
                    for k in user["held_out_mrr"])
 
 
+@pytest.mark.parametrize("words", [True, False])
+def test_names_read_from_uris_are_kept_only_where_the_held_out_seeds_rank_better(
+        seeded_pair, words):
+    """The seeded pair's structure with names as URIs' local names give them: the true
+    target's name (words) or another node's (scripts the other graph does not share)."""
+    rng = np.random.default_rng(0)
+    n = seeded_pair.source.num_nodes
+    word = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 8)) for _ in range(2 * n)]
+    truth = np.empty(n, dtype=np.int64)  # target number -> source number
+    pairs = [np.concatenate(a) for a in zip(seeded_pair.seeds, seeded_pair.gold)]
+    truth[pairs[1]] = pairs[0]
+    target_names = [word[int(s)] if words else word[n + int(s)] for s in truth]
+    named = replace(seeded_pair, source=replace(seeded_pair.source, features=None,
+                                                names=word[:n], names_from_ids=True),
+                    target=replace(seeded_pair.target, features=None, names=target_names,
+                                   names_from_ids=True))
+    pair, cfg, prepared = auto.prepare(named, Config(), Stopwatch())
+    names = prepared.report["names"]
+    assert names["kept"] == words
+    assert (names["held_out_mrr"]["names"] > names["held_out_mrr"]["structure"]) == words
+    assert cfg.features.kind == ("names" if words else "degree-sinusoidal")
+    assert (pair.source.names is not None) == words
+    assert prepared.report["kind"] == cfg.features.kind
+    if words:
+        return
+    given = replace(named, source=replace(named.source, names_from_ids=False),
+                    target=replace(named.target, names_from_ids=False))
+    _, cfg, prepared = auto.prepare(given, Config(), Stopwatch())  # given: always used
+    assert cfg.features.kind == "names" and "names" not in prepared.report
+
+
 def test_confidence_is_in_0_1_monotone_in_the_margin_and_calibrated(seeded_pair):
     result = auto.align(seeded_pair, Config())
     conf, margin = result.confidence, estimate.margins(result)

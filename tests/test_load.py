@@ -101,6 +101,37 @@ def test_triples_by_name_and_by_extension(tmp_path):
         assert g.stats["relations"] == 2
 
 
+def test_uri_ids_are_named_by_their_local_names_and_codes_are_not_names(tmp_path):
+    text = ("<http://dbpedia.org/resource/Kyoto_Station>\tnear\t"
+            "http://x.org/kg#Caf%C3%A9_M%C3%BCller\n"
+            "http://dbpedia.org/resource/Kyoto_Station\tin\thttp://dbpedia.org/resource/Kyoto/\n")
+    g = load_graph(write(tmp_path, "rel_triples_1", text))
+    assert g.names == ["Kyoto Station", "Café Müller", "Kyoto Station", "Kyoto"]
+    assert g.names_from_ids
+    codes = "http://www.wikidata.org/entity/Q42 p http://www.wikidata.org/entity/Q1\n"
+    plain = "ab\tr\tcd\n"  # not URIs
+    for name, body in (("codes_triples", codes), ("plain_triples", plain)):
+        g = load_graph(write(tmp_path, name, body))
+        assert g.names is None and not g.names_from_ids
+    given = load_graph(write(tmp_path, "named", "http://a.org/x http://a.org/y\n"))
+    assert given.names == ["x", "y"]  # an edge list of URIs too
+
+
+def test_jape_triples_read_their_names_from_ent_ids_beside_them(tmp_path, caplog):
+    write(tmp_path, "ent_ids_1", "0\thttp://fr.dbpedia.org/resource/Paris\n"
+          "1\thttp://fr.dbpedia.org/resource/Île-de-France\n7\thttp://fr.dbpedia.org/r/x\n")
+    g = load_graph(write(tmp_path, "triples_1", "1\t5\t0\n"))
+    assert g.ids.to_pylist() == [1, 0] and g.names == ["Île-de-France", "Paris"]
+    assert g.names_from_ids
+    g = load_graph(write(tmp_path, "triples_2", "1\t5\t0\n"))  # no ent_ids_2
+    assert g.names is None
+    write(tmp_path, "ent_ids_3", "0\thttp://a.org/x\n")
+    with caplog.at_level("WARNING"):
+        g = load_graph(write(tmp_path, "triples_3", "1\t5\t0\n"))
+    assert g.names is None
+    assert f"it does not list entity 1 of {tmp_path / 'triples_3'}" in caplog.text
+
+
 def test_fmt_overrides_extension(tmp_path):
     path = write(tmp_path, "g.dat", "a r b\n")
     with raises(str(path), "fmt="):
@@ -459,6 +490,13 @@ def test_real_dbp15k_zh_en():
     assert source.stats["input_edges"] == 70414 and target.stats["input_edges"] == 95142
     s, t = load_pairs(DATA / "dbp15k" / "zh_en" / "ref_ent_ids", source, target, "gold")
     assert len(s) == len(t) == 15000 and source.ids[int(s[0])].as_py() == 0
+
+
+@needs_data
+def test_real_dbp15k_raw_triples_are_named_from_their_uris():
+    g = load_graph(DATA / "dbp15k" / "fr_en" / "triples_2")
+    assert g.num_nodes == 19993 and g.names_from_ids
+    assert all(g.names) and "Self Portrait (Bob Dylan album)" in g.names
 
 
 # --- property ----------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import torch
 from . import assign, estimate, features, metrics, pipeline
 from .config import Config, with_overrides
 from .errors import InputError
+from .graph import Graph
 from .pipeline import (Pair, Result, channels, embeddings, feature_kind, has_structure,
                        operators, plan)
 from .stopwatch import Stopwatch
@@ -98,7 +99,9 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                         "itself is left out, degrees alone match poorly")
     elif kind == "names":
         chosen.update({"features.project_dim": 256, "embed.layers": 3})
-        why["embed"] = "names: hashed character bigrams projected to 256, 3 layers"
+        why["embed"] = ("names" + (" read from the ids' URIs" if pair.source.names_from_ids
+                                   or pair.target.names_from_ids else "")
+                        + ": hashed character bigrams projected to 256, 3 layers")
     else:
         width = pair.source.features.size(1) if pair.source.features is not None else 0
         alike = max(features.lookalike_share(g.features, seed=cfg.seed)
@@ -421,6 +424,7 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     nothing can tell a second round from the first, so one round runs: a first pass gives the
     hints, which are then split like seeds to choose the anchors' weight and depth. Runs in
     this process, on the Ray path too; the returned pair carries the hints."""
+    asked = cfg
     cfg, report = settle(pair, cfg)
     if cfg.assign.polish and cfg.assign.method != "one-to-one":
         raise InputError(f"assign.polish = true needs assign.method = \"one-to-one\" (it "
@@ -439,7 +443,7 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     helds = [held for _, held in trials]
     with watch.stage("estimate"):
         if cfg.auto:
-            cfg, report["selected"] = select(trials, cfg)
+            pair, trials, cfg, report = _names_or_structure(pair, trials, asked, cfg, report)
         cfg, guesses, polish = _decoded(trials, cfg)
         if polish is not None:
             report["polish"] = polish
@@ -464,6 +468,43 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
         pair = replace(pair, hints=_apart_from(hints, pair.seeds))
     found = {**found, "confidence_fitted_on": fit.fitted_on}
     return pair, cfg, Prepared(report, found, fit)
+
+
+def _names_or_structure(pair: Pair, trials: list[tuple[Pair, Pairs]], asked: Config,
+                        cfg: Config, report: dict[str, Any]
+                        ) -> tuple[Pair, list[tuple[Pair, Pairs]], Config, dict[str, Any]]:
+    """:func:`select` on ``trials``; when the names were read from the ids' URIs
+    (:attr:`Graph.names_from_ids`), also on the pair without them, settled from ``asked`` as
+    a featureless one, and the pair, trials, settings and report of the better held-out MRR.
+
+    Local names are words only where both graphs' URIs are in one language and script: on
+    DBP15k's raw triples fr-en they lift one-to-one accuracy from 75.5 to 97.8, but zh-en and
+    ja-en from 68.9 / 69.6 on structure alone down to 64.6 / 63.1, and their held-out MRR
+    tells which (fr 0.951 named; zh 0.547 named, 0.562 not; ja 0.552, 0.574)."""
+    cfg, selected = select(trials, cfg)
+    derived = pair.source.names_from_ids or pair.target.names_from_ids
+    if (not derived or not selected or feature_kind(pair, cfg) != "names"
+            or asked.is_set("features.kind")):
+        return pair, trials, cfg, {**report, "selected": selected}
+    plain = replace(pair, source=_unnamed(pair.source), target=_unnamed(pair.target))
+    plain_cfg, plain_report = settle(plain, asked)
+    plain_trials = [(replace(t, source=plain.source, target=plain.target), h) for t, h in trials]
+    plain_cfg, plain_selected = select(plain_trials, plain_cfg)
+    scores = {"names": max(selected["held_out_mrr"].values()),
+              "structure": max(plain_selected["held_out_mrr"].values())}
+    kept = scores["names"] >= scores["structure"]
+    names = {"from": "the local names of the ids' URIs", "held_out_mrr": scores, "kept": kept}
+    log.info("auto: names read from the URIs %s (held-out MRR %.3f with them, %.3f on "
+             "structure alone)", "kept" if kept else "dropped", *scores.values())
+    if kept:
+        return pair, trials, cfg, {**report, "names": names, "selected": selected}
+    return plain, plain_trials, plain_cfg, {**plain_report, "names": names,
+                                            "selected": plain_selected}
+
+
+def _unnamed(graph: Graph) -> Graph:
+    """``graph`` without the names read from its ids."""
+    return replace(graph, names=None, names_from_ids=False) if graph.names_from_ids else graph
 
 
 def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config

@@ -28,6 +28,9 @@ class Graph:
             (direction kept; the embed stage decides whether to symmetrise).
         edge_weight: optional ``[E]`` float tensor.
         names: optional node text (``list[str]`` of length ``N``) for name features.
+        names_from_ids: the names were not given but read from the ids, the local names of
+            their URIs (:func:`~tfgm_dist.load.ids.uri_names`): a run with seeds keeps them
+            only if the held-out seeds rank better with them than on structure alone.
         features: optional ``[N, d]`` float tensor of given node vectors.
         source: where the graph came from, for error messages and the manifest.
         stats: what the loader counted and dropped (duplicate edges, self-loops, ...).
@@ -40,6 +43,7 @@ class Graph:
     features: torch.Tensor | None = None
     source: str = "<memory>"
     stats: dict[str, int] = field(default_factory=dict)
+    names_from_ids: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.ids)

@@ -2,6 +2,8 @@
 layout (``edges.parquet``, ``nodes.parquet``), each read into a :class:`Graph`."""
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -15,6 +17,8 @@ from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_colum
                   node_numbers, weights_of)
 from .tables import (edge_columns, is_delta, no_nulls, node_features, node_names, parquet_dataset,
                      read_nodes, read_table, read_text, read_text_rows, reading, record_batches)
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("edgelist", "triples", "gw", "parquet")
 EDGE_LIST_SUFFIXES = frozenset({"", ".tsv", ".csv", ".txt", ".edges", ".edgelist", ".el"})
@@ -48,12 +52,39 @@ def load_edge_list(path: Path) -> Graph:
 
 
 def load_triples(path: Path) -> Graph:
-    """``head relation tail`` lines; the relation is dropped, its distinct values counted."""
+    """``head relation tail`` lines; the relation is dropped, its distinct values counted.
+
+    Entities named by URIs are named by their local names (:func:`~.ids.uri_names`); so are
+    the integer ids of a JAPE-layout file (DBP15k, DWY100k): ``triples_1`` whose
+    ``ent_ids_1`` beside it lists ``id URI`` lines."""
     rows = read_text_rows(path, ncols=(3,))
     src, dst = infer_ids(rows.columns[0], rows.columns[2])
     ids, s, d = factorize(src, dst)
-    return build_graph(ids, s, d, str(path),
+    return build_graph(ids, s, d, str(path), uris=_entity_uris(path, ids),
                        stats={"relations": pc.count_distinct(rows.columns[1]).as_py()})
+
+
+def _entity_uris(path: Path, ids: pa.Array) -> pa.Array | None:
+    """The URI of every node of a JAPE-layout triples file, from its ``ent_ids_N``; ``None``
+    where there is none, or it does not list every node (then a warning says why)."""
+    found = re.fullmatch(r".*triples_(\d+)", path.name)
+    if found is None or not pa.types.is_integer(ids.type):
+        return None
+    listing = path.with_name(f"ent_ids_{found.group(1)}")
+    if not listing.is_file():
+        return None
+    try:
+        rows = read_text_rows(listing, ncols=(2,))
+    except InputError as e:
+        log.warning("names not read from %s: %s", listing, e)
+        return None
+    at = pc.index_in(ids.cast(pa.string()), value_set=rows.columns[0])
+    missing = np.flatnonzero(at.is_null().to_numpy(zero_copy_only=False))
+    if missing.size:
+        log.warning("names not read from %s: it does not list entity %s of %s", listing,
+                    ids[int(missing[0])].as_py(), path)
+        return None
+    return rows.columns[1].take(at)
 
 
 def load_leda(path: Path) -> Graph:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -160,12 +161,37 @@ def factorize(src: pa.Array, dst: pa.Array) -> tuple[pa.Array, np.ndarray, np.nd
     return encoded.dictionary, codes[:, 0].copy(), codes[:, 1].copy()
 
 
+# A URI: a scheme and "://" (N-Triples' angle brackets allowed). A local name that is a number,
+# or one letter and a number (Wikidata's Q42), names nothing.
+_URI = r"^<?[A-Za-z][A-Za-z0-9+.\-]*://"
+_CODE = r"^[A-Za-z]?[0-9]+$"
+
+
+def uri_names(uris: pa.Array) -> list[str] | None:
+    """The local names of ``uris`` as node names, when every one is a URI and most of them
+    are words: ``http://dbpedia.org/resource/Kyoto_Station`` names ``Kyoto Station`` (the
+    text after the last ``/`` or ``#``, percent-decoded, ``_`` read as a space). ``None``
+    otherwise, and when more than half the local names are numbers or codes such as
+    Wikidata's ``Q42``."""
+    if not len(uris) or not (pa.types.is_string(uris.type) or pa.types.is_large_string(uris.type)):
+        return None
+    if not pc.all(pc.match_substring_regex(uris, _URI)).as_py():
+        return None
+    local = pc.replace_substring_regex(pc.utf8_rtrim(uris, characters=">/"), r"^.*[/#]", "")
+    if pc.mean(pc.match_substring_regex(local, _CODE).cast(pa.int8())).as_py() > 0.5:
+        return None
+    return [unquote(x).replace("_", " ") for x in local.to_pylist()]
+
+
 def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
                 weight: np.ndarray | None = None, names: list[str] | None = None,
-                features: torch.Tensor | None = None, stats: dict[str, int] | None = None) -> Graph:
+                features: torch.Tensor | None = None, stats: dict[str, int] | None = None,
+                uris: pa.Array | None = None) -> Graph:
     """The canonical Graph, without self-loops and repeated (src, dst) edges, which it counts.
 
-    Of repeated edges the first is kept, with its weight; direction is kept as given.
+    Of repeated edges the first is kept, with its weight; direction is kept as given. Without
+    ``names``, the nodes are named by the local names of their URIs (:func:`uri_names`):
+    ``uris``, one per node, where the ids are not URIs themselves, else the ids.
     """
     loops = src == dst
     candidates = np.flatnonzero(~loops)
@@ -175,6 +201,10 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
     keys = src[candidates] * len(ids) + dst[candidates]
     _, first = np.unique(keys, return_index=True)
     kept = candidates[np.sort(first)]
+    from_ids = names is None and features is None
+    if from_ids:
+        names = uri_names(ids if uris is None else uris)
+        from_ids = names is not None
     return Graph(
         ids=ids,
         edge_index=torch.from_numpy(np.stack([src[kept], dst[kept]])),
@@ -182,6 +212,7 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
         names=names,
         features=features,
         source=source,
+        names_from_ids=from_ids,
         stats={"input_edges": len(src), "self_loops": int(loops.sum()),
                "duplicate_edges": len(candidates) - len(first), **(stats or {})},
     )
