@@ -88,9 +88,19 @@ def test_tsv_header_detected_by_non_numeric_weight(tmp_path):
     assert g.edge_weight.tolist() == pytest.approx([1e-3])
 
 
-@pytest.mark.parametrize("header", ["source target", "u v", "from to", "SRC DST"])
+@pytest.mark.parametrize("header", ["source target", "u v", "from to", "SRC DST", "node1 node2",
+                                    "user_a user_b"])
 def test_whitespace_header_by_name(tmp_path, header):
     assert edges(load_graph(write(tmp_path, "g.txt", f"{header}\n1 2\n"))) == [(1, 2)]
+
+
+def test_a_first_line_of_names_above_numbers_is_a_header_and_strings_stay_ids(tmp_path):
+    g = load_graph(write(tmp_path, "g.csv", "left,right,w\n1,2,0.5\n"))
+    assert edges(g) == [(1, 2)] and g.edge_weight.tolist() == [0.5]
+    s, t = load_pairs(write(tmp_path, "seeds.tsv", "a_id\tb_id\n1\t2\n"), g, g, "seeds")
+    assert (s.tolist(), t.tolist()) == ([0], [1])
+    named = load_graph(write(tmp_path, "s.txt", "alice bob\nbob carol\n"))  # ids, not names
+    assert named.ids.to_pylist() == ["alice", "bob", "carol"]
 
 
 def test_triples_by_name_and_by_extension(tmp_path):

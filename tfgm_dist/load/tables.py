@@ -60,7 +60,8 @@ def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
     lines = lines.filter(data)
     fields = (pc.utf8_split_whitespace(lines) if delim is None
               else pc.split_pattern(lines, delim))
-    if len(fields) and _is_header(fields[0].as_py(), weight_header and delim is not None):
+    if len(fields) and _is_header(fields[0].as_py(), fields[1].as_py() if len(fields) > 1
+                                  else None, weight_header and delim is not None):
         fields, line_numbers = fields[1:], line_numbers[1:]
     if not len(fields):
         raise InputError(f"{path}: no data lines (the file is empty or only comments)")
@@ -78,10 +79,19 @@ def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
     return rows
 
 
-def _is_header(first: list[str], weight_header: bool) -> bool:
+def _is_header(first: list[str], second: list[str] | None, weight_header: bool) -> bool:
+    """Whether the first data line names the columns: its first field is a usual name, or
+    (``weight_header``) its weight is not a number, or no field of it is a number where
+    every field of the next line is one (``node1,node2`` above integer ids, as pandas and
+    spreadsheets write them)."""
+    def numbers(line: list[str]) -> np.ndarray:
+        values = pa.array([f.strip().strip('"') for f in line])
+        return np.array([first_unparsable(values[i:i + 1], pa.float64()) is None
+                         for i in range(len(values))])
+
     return first[0].strip().strip('"').lower() in HEADER_NAMES or (
-        weight_header and len(first) == 3
-        and first_unparsable(pa.array([first[2].strip()]), pa.float64()) is not None)
+        weight_header and len(first) == 3 and not numbers(first)[2]) or (
+        second is not None and not numbers(first).any() and numbers(second).all())
 
 
 def _column_count(path: Path, counts: np.ndarray, lines: np.ndarray,
