@@ -134,6 +134,24 @@ def test_anchors_beyond_the_width_are_projected_and_keep_inner_products():
 # held-out split, estimate, confidence
 
 
+def test_select_scores_a_sample_of_large_pairs_that_keeps_each_query_s_own_target(
+        monkeypatch):
+    monkeypatch.setattr(auto, "SELECT_CELLS", 20_000)
+    monkeypatch.setattr(auto, "SELECT_MIN_QUERIES", 50)
+    targets = np.arange(0, 2_000, 2)  # 1,000 searchable targets
+    held = (np.arange(300), targets[::-1][:300].copy())
+    (q_s, q_t), kept = auto._scored(held, targets, seed=0)
+    assert q_s.size == 50 and np.isin(q_s, held[0]).all()  # 20,000 // 1,000 < 50 queries
+    truth = dict(zip(*held))
+    assert np.array_equal(q_t, [truth[s] for s in q_s])  # pairs stay pairs
+    assert kept.numel() == 400 and np.isin(q_t, kept.numpy()).all()  # 20,000 // 50 targets
+    assert np.isin(kept.numpy(), targets).all()
+    again = auto._scored(held, targets, seed=0)
+    assert np.array_equal(again[0][0], q_s) and torch.equal(again[1], kept)
+    small = auto._scored((held[0][:10], held[1][:10]), targets, seed=0)  # 10,000 cells: all
+    assert small[0][0].size == 10 and small[1].numel() == 1_000
+
+
 def test_split_seeds_is_deterministic_disjoint_and_a_tenth():
     pairs = (np.arange(500), np.arange(500) + 7)
     [(kept, held)] = auto.split_seeds(pairs, seed=3)
