@@ -51,7 +51,8 @@ KMEANS_ITERATIONS = 10  # FAISS's default for the coarse quantiser
 # scan and by cuSPARSE's SpMM.
 A100 = {"flops": 19.5e12, "bandwidth": 2.039e12, "memory": 80e9}
 GPU_EFFICIENCY = 0.25
-HOST_STAGES = ("load", "features", "partition", "refine+assign", "write")  # CPU, driver side
+DRIVER_STAGES = ("load", "features", "partition", "write")  # the driver's, on its host's CPUs
+PART_STAGES = ("refine", "assign")  # on the part actors' CPUs, each over its own rows
 
 
 def machine_bounds() -> dict[str, float]:
@@ -201,7 +202,7 @@ def main() -> None:
 
 
 def _print(rows: list, partitions: int) -> None:
-    stages = ("load", "features", "partition", "embed", "search", "refine+assign", "write")
+    stages = ("load", "features", "partition", "embed", "search", "refine", "assign", "write")
     print(f"| nodes | wall s | vs first | {' | '.join(stages)} | peak PSS GiB (all processes) "
           f"| peak used GiB (machine) | Hits@1 | one-to-one acc |")
     print("|---|---|---|" + "---|" * len(stages) + "---|---|---|---|")
@@ -226,32 +227,39 @@ def _print(rows: list, partitions: int) -> None:
               f"| {c['search_bound_s']:.1f} | {c['search_bound_s'] / c['search_s']:.2f} "
               f"| {c['lookups_per_s'] / 1e9:.1f} G |")
 
-    _projection(*rows[-1])
+    _projection(*rows[-1], partitions)
 
 
-def _projection(n0: int, wall: float, m: dict, memory: tuple, c: dict) -> None:
-    """What the same job costs at 1M, 10M and 100M nodes on 1, 8 and 64 A100 GPUs, from this
-    run's largest size: the driver-side stages scale linearly from their measured seconds;
-    embed and search are projected from the work they do (bytes gathered; multiply-adds of a
-    GPU IVF search with the measured probed fraction of lists, nlist = sqrt(n))."""
+def _projection(n0: int, wall: float, m: dict, memory: tuple, c: dict, partitions: int) -> None:
+    """What the same job costs at 10M, 100M and 1B nodes on 8, 64 and 512 A100 GPUs, one part
+    actor each, from this run's largest size and its per-part costs: the driver's stages
+    (:data:`DRIVER_STAGES`) scale linearly from their measured seconds, on one host; the part
+    actors' CPU stages (:data:`PART_STAGES`) from their measured seconds times the measured
+    ``partitions``, as ``n / GPUs`` rows each; embed and search from the work they do (bytes
+    gathered; multiply-adds of a GPU IVF search with the measured probed fraction of lists,
+    nlist = sqrt(n)), divided over the GPUs."""
     f, d = c["nprobe"] / c["nlist"], c["dim"]
-    host = sum(m["seconds"].get(s, 0.0) for s in HOST_STAGES) / n0
-    print(f"\nProjection for A100 GPUs ({GPU_EFFICIENCY:.0%} of peak), from the {n0:,} run: "
-          f"host stages {host * 1e6:.1f} s per 1M nodes, search probes {f:.1%} of the lists:\n")
-    print("| nodes | GPUs | host stages s | embed s | search s | total s | dominant | "
+    driver = sum(m["seconds"].get(s, 0.0) for s in DRIVER_STAGES) / n0
+    parts = sum(m["seconds"].get(s, 0.0) for s in PART_STAGES) * partitions / n0
+    print(f"\nProjection for A100 GPUs ({GPU_EFFICIENCY:.0%} of peak), from the {n0:,} run at "
+          f"P = {partitions}: driver stages {driver * 1e6:.1f} s per 1M nodes, part actors' "
+          f"CPU stages {parts * 1e6:.1f} s per 1M nodes of one part, search probes {f:.1%} of "
+          "the lists:\n")
+    print("| nodes | GPUs | driver s | part CPU s | embed s | search s | total s | dominant | "
           "target embedding per GPU |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n in (10 ** 6, 10 ** 7, 10 ** 8):
-        for gpus in (1, 8, 64):
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in (10 ** 7, 10 ** 8, 10 ** 9):
+        for gpus in (8, 64, 512):
             rate = gpus * GPU_EFFICIENCY
             embed = c["gathered_bytes"] * n / n0 / (rate * A100["bandwidth"])
             search = 2 * n * (n ** 0.5 * d + f * n * d) / (rate * A100["flops"])
             share = n * d * 4 / gpus
             fits = "fits" if share <= 0.8 * A100["memory"] else "does not fit"
-            stages = {"host": host * n, "embed": embed, "search": search}
-            print(f"| {n:,} | {gpus} | {host * n:,.0f} | {embed:,.2f} | {search:,.0f} "
-                  f"| {sum(stages.values()):,.0f} | {max(stages, key=stages.get)} "
-                  f"| {share / 1e9:,.1f} GB, {fits} |")
+            stages = {"driver": driver * n, "part CPU": parts * n / gpus, "embed": embed,
+                      "search": search}
+            print(f"| {n:,} | {gpus} | {driver * n:,.0f} | {parts * n / gpus:,.1f} "
+                  f"| {embed:,.2f} | {search:,.0f} | {sum(stages.values()):,.0f} "
+                  f"| {max(stages, key=stages.get)} | {share / 1e9:,.1f} GB, {fits} |")
 
 
 if __name__ == "__main__":
