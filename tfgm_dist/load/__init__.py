@@ -7,7 +7,8 @@ remote inputs in :mod:`.remote`.
 Formats: plain edge lists, knowledge-graph triples, LEDA ``.gw``, a Parquet directory layout,
 and Arrow tables with its columns (the DBP15k importer of the benchmarks, ``jobs/dbp15k.py``,
 is built on them). The user's ids (ints or strings) are kept beside contiguous node numbers;
-self-loops and duplicate edges are dropped and counted in ``Graph.stats``. Every
+self-loops and duplicate edges are dropped and counted in ``Graph.stats``; nodes without names
+whose ids are URIs are named by their local names (:func:`.ids.uri_names`). Every
 malformed input raises :class:`InputError` with one line naming the file and the line (text),
 row (Parquet) or id at fault.
 """
