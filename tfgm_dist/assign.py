@@ -563,10 +563,13 @@ def faq(a: sp.csr_matrix, b: sp.csr_matrix, p0: np.ndarray, seeds: np.ndarray, s
     a12, a21, a22 = a[:m, m:], a[m:, :m], a[m:, m:].tocsr()
     b12, b21, b22 = b[:m, m:], b[m:, :m], b[m:, m:].tocsr()
     b22_t = b22.T.tocsr()
-    const = (a21 @ b21.T + a12.T @ b12).toarray()
+    # a and b are symmetric, so scipy's a21 b21' + a12' b12 and A22 P B22' + A22' P B22 are
+    # each twice one term: half the sparse products of a step (yeast at 20 % noise: they
+    # were 0.42 s of a 0.61 s polish)
+    const = 2 * (a21 @ b21.T).toarray()
     p = p0
     for _ in range(steps):
-        grad = const + (a22 @ (b22 @ p.T).T) + (a22.T @ (b22_t @ p.T).T)
+        grad = const + 2 * (a22 @ (b22 @ p.T).T)
         _, cols = linear_sum_assignment(grad, maximize=True)
         q = np.eye(n - m)[cols]
         r = p - q
