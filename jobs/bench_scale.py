@@ -227,10 +227,11 @@ def _print(rows: list, partitions: int) -> None:
               f"| {c['search_bound_s']:.1f} | {c['search_bound_s'] / c['search_s']:.2f} "
               f"| {c['lookups_per_s'] / 1e9:.1f} G |")
 
-    _projection(*rows[-1], partitions)
+    n0, _, m, _, c = rows[-1]
+    _projection(n0, m, c, partitions)
 
 
-def _projection(n0: int, wall: float, m: dict, memory: tuple, c: dict, partitions: int) -> None:
+def _projection(n0: int, m: dict, c: dict, partitions: int) -> None:
     """What the same job costs at 10M, 100M and 1B nodes on 8, 64 and 512 A100 GPUs, one part
     actor each, from this run's largest size and its per-part costs: the driver's stages
     (:data:`DRIVER_STAGES`) scale linearly from their measured seconds, on one host; the part
