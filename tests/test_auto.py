@@ -71,6 +71,22 @@ def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_
     assert [features.lookalike_share(twins, block=b) for b in (1, 3, 2048)] == [0.5] * 3
 
 
+def test_without_seeds_far_more_sources_than_targets_decode_by_each_sources_best():
+    # 90 sources for 50 targets: at least 40 have no counterpart and would take targets
+    crowded = pipeline.Pair(ring(90), ring(50))
+    cfg, report = auto.settle(crowded, Config())
+    assert cfg.assign.method == "argmax" and not cfg.assign.polish
+    assert report["why"]["assign"].startswith("each source's best target: 90 sources for 50")
+    assert auto.settle(pipeline.Pair(ring(50), ring(90)), Config())[0].assign.method == \
+        "one-to-one"  # the other way round every source can have a target
+    assert auto.settle(pipeline.Pair(ring(90), ring(90), candidates=np.arange(50)),
+                       Config())[0].assign.method == "argmax"  # searched targets count
+    assert auto.settle(pipeline.Pair(ring(90), ring(50), seeds=seeds(5)),
+                       Config())[0].assign.method == "one-to-one"  # the held-out seeds decide
+    asked = from_dict({"assign": {"method": "one-to-one"}})
+    assert auto.settle(crowded, asked)[0].assign.method == "one-to-one"
+
+
 def test_settle_polishes_small_featureless_pairs_only():
     n = auto.assign.POLISH_MAX_NODES + 1
     big = pipeline.Pair(ring(n), ring(n))
@@ -385,17 +401,51 @@ def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_
     assert unset.hints is None  # with seeds, off unless asked for
 
 
-def test_with_seeds_the_polish_is_kept_only_if_the_held_out_seeds_gain():
+def test_with_seeds_the_held_out_seeds_choose_the_decoding():
     from tfgm_dist.load import load_graph
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
     pair = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast25_Y2H1.txt", Config())
     nodes, truth = (g.index_of(src.ids, "gold") for g in (pair.source, pair.target))
     seeded = pipeline.Pair(pair.source, pair.target, seeds=(nodes[:500], truth[:500]))
     _, cfg, prepared = auto.prepare(seeded, Config(), Stopwatch())
-    report = prepared.report["polish"]
+    report = prepared.report["decoding"]
     held = report["held_out_hits@1"]
-    assert report["kept"] == (held["polished"] > held["decoded"]) == cfg.assign.polish
-    assert prepared.estimate["hits@1"] == max(held.values())
+    assert list(held) == ["one-to-one", "polished", "argmax"]  # the order of preference
+    best = max(held.values())
+    assert report["chosen"] == next(name for name, hits in held.items() if hits == best)
+    assert cfg.assign.polish == (report["chosen"] == "polished")
+    assert cfg.assign.method == ("argmax" if report["chosen"] == "argmax" else "one-to-one")
+    assert prepared.estimate["hits@1"] == best
+    _, _, kept = auto.prepare(seeded, from_dict({"assign": {"method": "one-to-one"}}),
+                              Stopwatch())
+    assert "argmax" not in kept.report["decoding"]["held_out_hits@1"]  # the user's stays
+
+
+def test_with_seeds_a_target_graph_of_few_of_the_sources_is_decoded_by_each_sources_best():
+    """A yeast network against a third of its noisy copy: two thirds of the sources have
+    no counterpart, and in a one-to-one matching they take the targets of those that do."""
+    from tfgm_dist.load import load_graph
+    src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+    full = pipeline.load_pair(src, DATA / "yeast_ppi" / "yeast10_Y2H1.txt", Config())
+    kept = np.sort(np.random.default_rng(0).choice(full.target.num_nodes,
+                                                   full.target.num_nodes // 3, replace=False))
+    u, v = full.target.edge_index
+    inside = np.isin(u.numpy(), kept) & np.isin(v.numpy(), kept)
+    renumber = np.full(full.target.num_nodes, -1)
+    renumber[kept] = np.arange(kept.size)
+    target = Graph(ids=full.target.ids.take(pa.array(kept)),
+                   edge_index=torch.from_numpy(renumber[full.target.edge_index[:, inside]]))
+    nodes, truth = src.index_of(src.ids, "gold"), full.target.index_of(src.ids, "gold")
+    common = np.random.default_rng(1).permutation(np.flatnonzero(renumber[truth] >= 0))
+    pairs = (nodes[common], renumber[truth[common]])
+    seeded = pipeline.Pair(src, target, seeds=tuple(a[:200] for a in pairs),
+                           gold=tuple(a[200:] for a in pairs))
+    _, cfg, prepared = auto.prepare(seeded, Config(), Stopwatch())
+    held = prepared.report["decoding"]["held_out_hits@1"]
+    assert cfg.assign.method == "argmax" and held["argmax"] > held["one-to-one"]
+    final, one_to_one = (pipeline.align(seeded, c, Stopwatch()).metrics["accuracy"] for c in
+                         (cfg, replace(cfg, assign=replace(cfg.assign, method="one-to-one"))))
+    assert final > one_to_one + 0.1  # measured 66.4 against 38.8 (held out: 61 against 37)
     with pytest.raises(InputError, match=r"assign\.polish = true needs assign\.method"):
         auto.prepare(seeded, from_dict({"assign": {"polish": True, "method": "argmax"}}),
                      Stopwatch())

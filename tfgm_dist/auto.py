@@ -60,6 +60,12 @@ SMALL_REFINE_STEPS = 60
 # with --seed 1 gives 99.35 against 99.23 (the draw's noise); refinement 3.5-4.3 -> 1.6-1.8 s
 # a pass, 25-32 -> 19-21 s a run; attributed dev pairs within +-0.5 points.
 REFINE_DIM = 128
+# Without seeds to choose on, more than this many sources per target decode by each source's
+# best target, not one-to-one: most sources then have no counterpart and would take the
+# targets of those that do. A yeast copy of 992 nodes against one of 298 (2 of 64 words per
+# node): one-to-one 13.5, argmax 24.1 Hits@1; a flickr copy of 11,907 against 2,142: 9.6
+# against 18.9. The other way round (298 against 992) both give the same.
+CROWDED_ROWS = 1.5
 HELD_OUT_SHARE = 0.1
 # With few seeds a tenth is too few to choose or estimate on: a yeast copy's 122 seeds hold
 # out 12 (a standard error of 12.5 points), and on pairs holding out 12-101 the estimate erred
@@ -94,7 +100,8 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     and the report of what was chosen and why."""
     if not cfg.auto:
         return cfg, {"enabled": False}
-    n = max(pair.source.num_nodes, pair.target.num_nodes)
+    n_s = pair.source.num_nodes
+    n = max(n_s, pair.target.num_nodes)
     kind = feature_kind(pair, cfg)
     small = n <= SMALL_NODES
     chosen: dict[str, Any] = {}
@@ -149,17 +156,27 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     why["refine"] = ("consensus refinement on the candidates" if exact else
                      f"{n} nodes: refinement left out, as the search is IVF (its gain on "
                      "10-wide lists is not measured); refine.enabled = true runs it")
-    chosen["assign.method"] = "one-to-one"
-    why["assign"] = "one-to-one: each target matched at most once, lifts accuracy everywhere"
-    one_to_one = not cfg.is_set("assign.method") or cfg.assign.method == "one-to-one"
+    rows = n_s if pair.queries is None else pair.queries.size
+    targets = pair.target.num_nodes if pair.candidates is None else pair.candidates.size
+    crowded = pair.seeds is None and rows > CROWDED_ROWS * targets
+    chosen["assign.method"] = "argmax" if crowded else "one-to-one"
+    why["assign"] = (
+        f"each source's best target: {rows} sources for {targets} targets, so at least "
+        f"{1 - targets / rows:.0%} of the sources have no counterpart, and one-to-one would "
+        "give theirs away" if crowded else
+        "one-to-one: each target matched at most once"
+        + (", unless the held-out seeds are decoded better by each source's best target"
+           if pair.seeds is not None else ""))
+    one_to_one = (cfg.assign.method == "one-to-one" if cfg.is_set("assign.method")
+                  else not crowded)
     polish = (kind.startswith("degree") and n <= assign.POLISH_MAX_NODES and one_to_one
               and pair.candidates is None)
     chosen["assign.polish"] = polish
     why["polish"] = ("featureless and small: the matching moved to keep more edges (FAQ; "
                      "yeast at 5-25 % noise +0.5 to +6.5 points)"
                      + (", if that decodes the held-out seeds better" if pair.seeds else "")
-                     if polish else "only for featureless pairs of at most "
-                     f"{assign.POLISH_MAX_NODES} nodes, without --candidates")
+                     if polish else "only for one-to-one decodings of featureless pairs of "
+                     f"at most {assign.POLISH_MAX_NODES} nodes, without --candidates")
     hinted = exact and pair.seeds is None and not polish
     chosen["bootstrap.rounds"] = 1 if hinted else 0
     why["bootstrap"] = (
@@ -475,9 +492,9 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     with watch.stage("estimate"):
         if cfg.auto:
             pair, trials, cfg, report = _names_or_structure(pair, trials, asked, cfg, report)
-        cfg, guesses, polish = _decoded(trials, cfg)
-        if polish is not None:
-            report["polish"] = polish
+        cfg, guesses, decoding = _decoded(trials, cfg)
+        if decoding is not None:
+            report["decoding"] = decoding
         found, hints, tried, kept_rounds = estimate.held_out(guesses, helds), None, [], 0
         for _ in range(rounds):
             more = [mutual_matches(guess) for guess in guesses]
@@ -552,29 +569,40 @@ def _unnamed(graph: Graph) -> Graph:
 
 def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config
              ) -> tuple[Config, list[Result], dict | None]:
-    """Each fold's run, decoded; the settings, the results, and the report of the polish
-    (:func:`assign.polish`) when it was left open: then it is kept only if the held-out
-    seeds come out right more often with it than without, since on partially overlapping
-    pairs the edges can pull the other way (yeast copies keeping 80 % of the nodes, 20 %
-    seeds: -4.6 / +3.2 / +1.2 points of one-to-one accuracy on three pairs). A fold's
-    embeddings are dropped before the next fold's are made."""
-    open_polish = cfg.assign.polish and not cfg.is_set("assign.polish")
-    plain_cfg = _apply(cfg, {"assign.polish": False})
-    polished, plain = [], []
+    """Each fold's run, decoded; the settings, the results, and the report of the decoding
+    when the user left it open: then the held-out seeds choose, by how many of them each
+    decoding gets right, among the one-to-one matching, the same polished
+    (:func:`assign.polish`) and each row's best target (``argmax``), in that order of
+    preference (a later one must do strictly better). On partially overlapping pairs the
+    edges can pull the polish the wrong way (yeast copies keeping 80 % of the nodes, 20 %
+    seeds: -4.6 / +3.2 / +1.2 points of one-to-one accuracy on three pairs), and where one
+    graph holds far more nodes than have a counterpart, sources without one take the
+    targets of those with one (a yeast copy of 992 nodes against one of 298, 20 % seeds:
+    one-to-one 27.0, argmax 43.9). A fold's embeddings are dropped before the next fold's
+    are made."""
+    ac = cfg.assign
+    if ac.method != "one-to-one":
+        options = {ac.method: cfg}
+    elif ac.polish and not cfg.is_set("assign.polish"):
+        options = {"one-to-one": _apply(cfg, {"assign.polish": False}), "polished": cfg}
+    else:
+        options = {"polished" if ac.polish else "one-to-one": cfg}
+    if ac.method == "one-to-one" and not cfg.is_set("assign.method"):
+        options["argmax"] = _apply(cfg, {"assign.method": "argmax", "assign.polish": False})
+    decoded: dict[str, list[Result]] = {name: [] for name in options}
     for trial, _ in trials:
         scored = pipeline.score(trial, cfg, Stopwatch())
-        polished.append(pipeline.conclude(trial, scored, cfg, Stopwatch()))
-        if open_polish:
-            plain.append(pipeline.conclude(trial, scored, plain_cfg, Stopwatch()))
-    if not open_polish:
-        return cfg, polished, None
+        for name, option in options.items():
+            decoded[name].append(pipeline.conclude(trial, scored, option, Stopwatch()))
+    if len(options) == 1:
+        return cfg, decoded[next(iter(options))], None
     helds = [held for _, held in trials]
-    with_it, without = (estimate.held_out(r, helds)["hits@1"] for r in (polished, plain))
-    keep = with_it > without
-    report = {"held_out_hits@1": {"polished": with_it, "decoded": without}, "kept": keep}
-    log.info("auto: polish %s (held-out Hits@1 %.3f polished, %.3f decoded)",
-             "kept" if keep else "dropped", with_it, without)
-    return (cfg, polished, report) if keep else (plain_cfg, plain, report)
+    hits = {name: estimate.held_out(results, helds)["hits@1"]
+            for name, results in decoded.items()}
+    chosen = max(hits, key=hits.get)  # the first of the best: the order of preference
+    log.info("auto: decoding %s (held-out Hits@1 %s)", chosen,
+             ", ".join(f"{v:.3f} {k}" for k, v in hits.items()))
+    return options[chosen], decoded[chosen], {"held_out_hits@1": hits, "chosen": chosen}
 
 
 def _hinted(pair: Pair, cfg: Config, hints: tuple[np.ndarray, np.ndarray] | None
