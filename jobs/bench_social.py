@@ -4,6 +4,7 @@
     python -m jobs.bench_social --only shared                # the two real social pairs
     python -m jobs.bench_social --only dev --pairs yeast     # development pairs built from yeast
     python -m jobs.bench_social --only attributed            # the same, nodes with bags of words
+    python -m jobs.bench_social --only uneven                # one copy keeps 35 % of the nodes
 
 Prints Markdown tables, one row per pair: sizes, seeds and gold pairs, then Hits@1, Hits@10
 (percent) and MRR of
@@ -21,7 +22,8 @@ other sources either); a tie with the gold target counts against it.
 Pairs: the real ``social/flickr_lastfm`` and ``social/flickr_myspace`` (``--only shared``), and
 development pairs (``--only dev``): two partially overlapping noisy copies of one real graph
 (:func:`noisy_copies`: fixed random seeds, so every run builds the same pairs) with 20 % of the
-true pairs as seeds. ``--pairs`` keeps the pairs whose name starts with one of its
+true pairs as seeds; ``--only uneven``: one copy keeps every node, the other 35 %.
+``--pairs`` keeps the pairs whose name starts with one of its
 comma-separated values. On 2 cores the RWR baseline takes about 4 minutes for all pairs
 (most of it on the DBP15k ones); tfgm-dist's time is whatever its defaults cost, and a run
 longer than ``--timeout`` seconds (default 300) is stopped and reported as such.
@@ -63,6 +65,12 @@ DEV_ATTRIBUTED = (
     ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [(0.8, 0.25)]),
     ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [(0.8, 0.1)]),
     ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(0.8, 0.25)]),
+)
+# Uneven pairs: one copy keeps every node, the other 35 % (a network against a few of its
+# users on another platform), featureless and with 2 of 64 words, with and without seeds.
+DEV_UNEVEN = (
+    ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [((1.0, 0.35), 0.1)]),
+    ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [((1.0, 0.35), 0.1)]),
 )
 VOCABULARY, WORDS, WORD_DROP = 1000, 4, 0.25
 # the attributed pairs' bags, (vocabulary, words per node): 2 of 64 tell few nodes apart
@@ -290,12 +298,14 @@ def _noisy_bags(bags: np.ndarray, rng: np.random.Generator, drop: float = WORD_D
 
 
 def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
-                 keep: float = 0.8, edge_drop: float = 0.1, seed_share: float = 0.2,
+                 keep: float | tuple[float, float] = 0.8, edge_drop: float = 0.1,
+                 seed_share: float = 0.2,
                  attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS
                  ) -> DevPair:
     """A development pair from one real graph: two independent noisy copies of it.
 
-    Each copy is the subgraph induced by the nodes it keeps (each with probability ``keep``)
+    Each copy is the subgraph induced by the nodes it keeps (each with probability ``keep``,
+    or ``keep[0]`` and ``keep[1]`` for the two copies)
     minus each of its edges with probability ``edge_drop``, in its own random ids. The truth
     is every node that has an edge in both copies; a random ``seed_share`` of it are the seeds,
     the rest the gold. ``edges`` is ``[E, 2]`` contiguous node numbers below ``num_nodes``;
@@ -304,8 +314,9 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     of it (:func:`_noisy_bags`).
     """
     edges = _undirected(np.asarray(edges, np.int64))
-    copy_a, present_a = _noisy_copy(edges, num_nodes, rng, keep, edge_drop)
-    copy_b, present_b = _noisy_copy(edges, num_nodes, rng, keep, edge_drop)
+    keep_a, keep_b = keep if isinstance(keep, tuple) else (keep, keep)
+    copy_a, present_a = _noisy_copy(edges, num_nodes, rng, keep_a, edge_drop)
+    copy_b, present_b = _noisy_copy(edges, num_nodes, rng, keep_b, edge_drop)
     edges_a, id_a = _disguise(copy_a, rng)
     edges_b, id_b = _disguise(copy_b, rng)
     true = rng.permutation(np.flatnonzero(present_a & present_b))
@@ -359,7 +370,7 @@ def shared_paths(name: str) -> dict[str, Path]:
             "seeds": folder / "seeds.tsv", "gold": folder / "gold.tsv"}
 
 
-def build_dev_pair(graph: str, keep: float, edge_drop: float, folder: Path,
+def build_dev_pair(graph: str, keep: float | tuple[float, float], edge_drop: float, folder: Path,
                    attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS
                    ) -> dict[str, Path]:
     """Write the development pair of ``graph`` (a path under DATA) with this noise."""
@@ -462,8 +473,13 @@ def bench_shared(selected: list[str], tmp: Path, timeout_s: float) -> None:
             print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / name, timeout_s))
 
 
-def bench_dev(selected: list[str], tmp: Path, timeout_s: float, attributed: bool) -> None:
-    if attributed:
+def bench_dev(selected: list[str], tmp: Path, timeout_s: float, attributed: bool,
+              uneven: bool = False) -> None:
+    if uneven:
+        _print_header("Uneven development pairs: one copy keeps every node, the other 35 % "
+                      "(keep = source-target), featureless and with 2 of 64 words per node "
+                      "(+2of64words); the rows 'no seeds' ran without --seeds")
+    elif attributed:
         _print_header(f"Attributed development pairs: as below, and every node has a bag of "
                       f"w of v Zipf-distributed words (+wofvwords), each copy dropping "
                       f"each word with probability {WORD_DROP:g} and adding one at random; "
@@ -474,22 +490,25 @@ def bench_dev(selected: list[str], tmp: Path, timeout_s: float, attributed: bool
         _print_header(f"Development pairs: two noisy copies of one graph (keep = node kept "
                       f"per copy, drop = edge dropped per copy; 20 % of the true pairs are "
                       f"seeds; rng seed {DEV_SEED})")
-    bags = ATTRIBUTES if attributed else ((0, 0),)
-    for graph, path, settings in DEV_ATTRIBUTED if attributed else DEV:
+    bags = (((0, 0), ATTRIBUTES[1]) if uneven else ATTRIBUTES if attributed else ((0, 0),))
+    pairs = DEV_UNEVEN if uneven else DEV_ATTRIBUTED if attributed else DEV
+    for graph, path, settings in pairs:
         for (keep, drop), (vocabulary, words) in itertools.product(settings, bags):
-            name = (f"{graph}/keep{keep:g}-drop{drop:g}"
-                    + (f"+{words}of{vocabulary}words" if attributed else ""))
+            worded = words > 0
+            kept = "-".join(f"{k:g}" for k in keep) if isinstance(keep, tuple) else f"{keep:g}"
+            name = (f"{graph}/keep{kept}-drop{drop:g}"
+                    + (f"+{words}of{vocabulary}words" if worded else ""))
             if not _wanted(name, selected):
                 continue
             if not (DATA / path).exists():
                 print(f"| {name} | not found: {DATA / path} |", flush=True)
                 continue
             folder = name.replace("/", "-")
-            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, attributed,
+            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, worded,
                                    vocabulary, words)
             base = run_baseline(paths)
             print_row(name, base, run_tfgm(paths, tmp / "out" / folder, timeout_s))
-            if attributed:
+            if worded or uneven:
                 print_row(name + " no seeds", base,
                           run_tfgm(paths, tmp / "out" / (folder + "-unseeded"), timeout_s,
                                    seeds=False), seeds=False)
@@ -501,7 +520,7 @@ def _wanted(name: str, selected: list[str]) -> bool:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("shared", "dev", "attributed"))
+    p.add_argument("--only", choices=("shared", "dev", "attributed", "uneven"))
     p.add_argument("--pairs", default="",
                    help="comma-separated name prefixes, e.g. flickr_myspace,yeast/keep0.8")
     p.add_argument("--timeout", type=float, default=300,
@@ -518,6 +537,8 @@ def main() -> None:
             bench_dev(selected, Path(tmp), args.timeout, attributed=False)
         if args.only in (None, "attributed"):
             bench_dev(selected, Path(tmp), args.timeout, attributed=True)
+        if args.only in (None, "uneven"):
+            bench_dev(selected, Path(tmp), args.timeout, attributed=False, uneven=True)
 
 
 if __name__ == "__main__":

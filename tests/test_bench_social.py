@@ -49,3 +49,12 @@ def test_the_wl_ceiling_counts_targets_no_structure_can_tell_from_another():
     assert wl_ceiling(path, 40, np.array([0]), np.arange(1, 40)) == 100.0
     # without the seed, the path's two halves mirror each other
     assert wl_ceiling(path, 40, np.array([], dtype=np.int64), np.arange(40)) == 0.0
+
+
+def test_an_uneven_dev_pair_keeps_every_node_on_one_side_and_a_third_on_the_other():
+    edges, n = grid_edges(30), 900
+    pair = noisy_copies(edges, n, np.random.default_rng(0), keep=(1.0, 0.35), edge_drop=0.0)
+    sizes = [np.unique(e).size for e in (pair.source_edges, pair.target_edges)]
+    assert sizes[0] == n and 0.2 * n < sizes[1] < 0.4 * n  # nodes without edges are gone
+    truth = np.concatenate([pair.seeds, pair.gold])
+    assert len(truth) <= sizes[1] and np.isin(truth[:, 1], pair.target_edges).all()
