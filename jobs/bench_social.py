@@ -473,42 +473,55 @@ def bench_shared(selected: list[str], tmp: Path, timeout_s: float) -> None:
             print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / name, timeout_s))
 
 
-def bench_dev(selected: list[str], tmp: Path, timeout_s: float, attributed: bool,
-              uneven: bool = False) -> None:
-    if uneven:
-        _print_header("Uneven development pairs: one copy keeps every node, the other 35 % "
-                      "(keep = source-target), featureless and with 2 of 64 words per node "
-                      "(+2of64words); the rows 'no seeds' ran without --seeds")
-    elif attributed:
-        _print_header(f"Attributed development pairs: as below, and every node has a bag of "
-                      f"w of v Zipf-distributed words (+wofvwords), each copy dropping "
-                      f"each word with probability {WORD_DROP:g} and adding one at random; "
-                      f"the baseline adds the attribute cosine to the RWR cosine; the rows "
-                      f"'no seeds' ran tfgm-dist without --seeds (gold ranked against every "
-                      f"target)")
-    else:
-        _print_header(f"Development pairs: two noisy copies of one graph (keep = node kept "
-                      f"per copy, drop = edge dropped per copy; 20 % of the true pairs are "
-                      f"seeds; rng seed {DEV_SEED})")
-    bags = (((0, 0), ATTRIBUTES[1]) if uneven else ATTRIBUTES if attributed else ((0, 0),))
-    pairs = DEV_UNEVEN if uneven else DEV_ATTRIBUTED if attributed else DEV
-    for graph, path, settings in pairs:
-        for (keep, drop), (vocabulary, words) in itertools.product(settings, bags):
-            worded = words > 0
+@dataclass(frozen=True)
+class DevSet:
+    """One ``--only`` set of development pairs: its table's title, its pairs (as
+    :data:`DEV`), the bags of words each pair is built with (``(vocabulary, words)``;
+    ``(0, 0)``: none) and whether each pair also gets a row run without ``--seeds``."""
+
+    title: str
+    pairs: tuple
+    bags: tuple[tuple[int, int], ...]
+    unseeded: bool
+
+
+DEV_SETS = {
+    "dev": DevSet(f"Development pairs: two noisy copies of one graph (keep = node kept per "
+                  f"copy, drop = edge dropped per copy; 20 % of the true pairs are seeds; "
+                  f"rng seed {DEV_SEED})", DEV, ((0, 0),), False),
+    "attributed": DevSet(
+        f"Attributed development pairs: as below, and every node has a bag of w of v "
+        f"Zipf-distributed words (+wofvwords), each copy dropping each word with probability "
+        f"{WORD_DROP:g} and adding one at random; the baseline adds the attribute cosine to "
+        f"the RWR cosine; the rows 'no seeds' ran tfgm-dist without --seeds (gold ranked "
+        f"against every target)", DEV_ATTRIBUTED, ATTRIBUTES, True),
+    "uneven": DevSet("Uneven development pairs: one copy keeps every node, the other 35 % "
+                     "(keep = source-target), featureless and with 2 of 64 words per node "
+                     "(+2of64words); the rows 'no seeds' ran without --seeds", DEV_UNEVEN,
+                     ((0, 0), ATTRIBUTES[1]), True),
+}
+
+
+def bench_dev(selected: list[str], tmp: Path, timeout_s: float, which: str) -> None:
+    """The rows of the development pairs of ``DEV_SETS[which]``."""
+    dev = DEV_SETS[which]
+    _print_header(dev.title)
+    for graph, path, settings in dev.pairs:
+        for (keep, drop), (vocabulary, words) in itertools.product(settings, dev.bags):
             kept = "-".join(f"{k:g}" for k in keep) if isinstance(keep, tuple) else f"{keep:g}"
             name = (f"{graph}/keep{kept}-drop{drop:g}"
-                    + (f"+{words}of{vocabulary}words" if worded else ""))
+                    + (f"+{words}of{vocabulary}words" if words else ""))
             if not _wanted(name, selected):
                 continue
             if not (DATA / path).exists():
                 print(f"| {name} | not found: {DATA / path} |", flush=True)
                 continue
             folder = name.replace("/", "-")
-            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, worded,
+            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, words > 0,
                                    vocabulary, words)
             base = run_baseline(paths)
             print_row(name, base, run_tfgm(paths, tmp / "out" / folder, timeout_s))
-            if worded or uneven:
+            if dev.unseeded:
                 print_row(name + " no seeds", base,
                           run_tfgm(paths, tmp / "out" / (folder + "-unseeded"), timeout_s,
                                    seeds=False), seeds=False)
@@ -520,7 +533,7 @@ def _wanted(name: str, selected: list[str]) -> bool:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("shared", "dev", "attributed", "uneven"))
+    p.add_argument("--only", choices=("shared", *DEV_SETS))
     p.add_argument("--pairs", default="",
                    help="comma-separated name prefixes, e.g. flickr_myspace,yeast/keep0.8")
     p.add_argument("--timeout", type=float, default=300,
@@ -533,12 +546,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-social-") as tmp:
         if args.only in (None, "shared"):
             bench_shared(selected, Path(tmp), args.timeout)
-        if args.only in (None, "dev"):
-            bench_dev(selected, Path(tmp), args.timeout, attributed=False)
-        if args.only in (None, "attributed"):
-            bench_dev(selected, Path(tmp), args.timeout, attributed=True)
-        if args.only in (None, "uneven"):
-            bench_dev(selected, Path(tmp), args.timeout, attributed=False, uneven=True)
+        for which in DEV_SETS:
+            if args.only in (None, which):
+                bench_dev(selected, Path(tmp), args.timeout, which)
 
 
 if __name__ == "__main__":
