@@ -273,7 +273,8 @@ def test_names_read_from_uris_are_kept_only_where_the_held_out_seeds_rank_better
                                                 names=word[:n], names_from_ids=True),
                     target=replace(seeded_pair.target, features=None, names=target_names,
                                    names_from_ids=True))
-    pair, cfg, prepared = auto.prepare(named, Config(), Stopwatch())
+    one_pass = from_dict({"bootstrap": {"rounds": 0}})  # about the names, not bootstrapping
+    pair, cfg, prepared = auto.prepare(named, one_pass, Stopwatch())
     names = prepared.report["names"]
     assert names["kept"] == words
     assert (names["held_out_mrr"]["names"] > names["held_out_mrr"]["structure"]) == words
@@ -284,7 +285,7 @@ def test_names_read_from_uris_are_kept_only_where_the_held_out_seeds_rank_better
         return
     given = replace(named, source=replace(named.source, names_from_ids=False),
                     target=replace(named.target, names_from_ids=False))
-    _, cfg, prepared = auto.prepare(given, Config(), Stopwatch())  # given: always used
+    _, cfg, prepared = auto.prepare(given, one_pass, Stopwatch())  # given: always used
     assert cfg.features.kind == "names" and "names" not in prepared.report
 
 
@@ -397,8 +398,55 @@ def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_
         assert not np.isin(final.hints[1], seeded_pair.seeds[1]).any()
     else:
         assert final.hints is None
-    unset, _, _ = auto.prepare(seeded_pair, Config(), Stopwatch())
-    assert unset.hints is None  # with seeds, off unless asked for
+    _, unset, _ = auto.prepare(seeded_pair, Config(), Stopwatch())
+    assert unset.bootstrap.rounds == auto.SEEDED_ROUNDS  # with seeds, on by default
+    _, off, prepared = auto.prepare(seeded_pair, from_dict({"bootstrap": {"rounds": 0}}),
+                                    Stopwatch())
+    assert off.bootstrap.rounds == 0 and "bootstrap" not in prepared.report
+
+
+def test_chosen_rounds_do_not_start_where_the_held_out_run_misses_almost_nothing(tmp_path):
+    paths = write_pair(tmp_path, 800, seed=2)  # distinctive vectors: every held-out seed right
+    pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
+    g_s, g_t = pair.gold
+    seeded = pipeline.Pair(pair.source, pair.target, seeds=(g_s[:200], g_t[:200]))
+    final, _, prepared = auto.prepare(seeded, Config(), Stopwatch())
+    assert prepared.estimate["hits@1"] * prepared.estimate["held_out"] > (
+        prepared.estimate["held_out"] - auto.MIN_MISSED)
+    report = prepared.report["bootstrap"]
+    assert report["rounds"] == 0 and "missed" in report["why"] and final.hints is None
+    _, _, asked = auto.prepare(seeded, from_dict({"bootstrap": {"rounds": 1}}), Stopwatch())
+    assert len(asked.report["bootstrap"]["tried"]) == 1  # a user's rounds always start
+
+
+@pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
+                    "the checkout: the yeast network is read from it")
+def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
+    """Two noisy copies of yeast with 20 % seeds: a third of the mutual best matches are
+    wrong, and a clear margin tells many of them."""
+    from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
+    from tfgm_dist.load import load_graph
+    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+    dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
+                       keep=0.8, edge_drop=0.1)
+    paths = write_dev_pair(dev, tmp_path)
+    pair = pipeline.load_pair(paths["source"], paths["target"], Config(), seeds=paths["seeds"])
+    kept, held = auto.split_seeds(pair.seeds, 0)[0]
+    trial = auto.estimation_pair(replace(pair, seeds=kept), held)
+    cfg, _ = auto.settle(trial, Config())
+    result = pipeline.align(trial, cfg)
+    fit = estimate.fitted([result], [held])
+    mutual = auto.mutual_matches(result)
+    hints = auto.confident_matches(result, fit)
+    confidence = fit(estimate.margins(result)).numpy()
+    row_of = {int(r): i for i, r in enumerate(result.rows.numpy())}
+    assert 0 < hints[0].size < mutual[0].size  # some, not all, of the mutual matches
+    assert np.isin(hints[0], mutual[0]).all()
+    assert all(confidence[row_of[int(s)]] >= auto.HINT_CONFIDENCE for s in hints[0])
+    dropped = np.setdiff1d(mutual[0], hints[0])
+    assert all(confidence[row_of[int(s)]] < auto.HINT_CONFIDENCE for s in dropped)
+    everything = auto.confident_matches(result, fit, at_least=0.0)
+    assert np.array_equal(everything[0], mutual[0])
 
 
 def test_with_seeds_the_held_out_seeds_choose_the_decoding():

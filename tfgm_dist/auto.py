@@ -66,6 +66,23 @@ REFINE_DIM = 128
 # node): one-to-one 13.5, argmax 24.1 Hits@1; a flickr copy of 11,907 against 2,142: 9.6
 # against 18.9. The other way round (298 against 992) both give the same.
 CROWDED_ROWS = 1.5
+# With seeds, bootstrapping's hints are the mutual best matches whose confidence (fitted on
+# the held-out seeds) is at least this: a clear margin, not only mutuality. Two rounds, each
+# kept only while the held-out estimate improves. One-to-one accuracy, 4 rounds at most: a
+# yeast copy (keep 0.8, drop 0.1) 64.5 unbootstrapped, 63.9 with every mutual match as a
+# hint at 0.5, 64.9 at 0.8; a DBP15k zh structure copy (keep 0.8, drop 0.25) 50.0, 51.3 with
+# every mutual match, 52.0 at 0.8.
+HINT_CONFIDENCE = 0.8
+SEEDED_ROUNDS = 2
+# ... unless the held-out run decodes all but this many held-out seeds right: then no round can
+# show a gain that is not noise (DBP15k fr-en misses 1 of 450; its two rounds cost 16 s of 37
+# and moved one-to-one accuracy by nothing).
+MIN_MISSED = 5
+# ... and a chosen round starts only where its hints number at least this share of the kept
+# seeds: fewer barely change the anchor channel. On five flickr development pairs (the 1-WL
+# ceiling within 4 points of the accuracy) the hints were 0.2-0.44 of the seeds and a round
+# moved nothing for 1.5-1.8x the time; on the yeast copies and DBP15k they were 0.9-2.6.
+MIN_HINT_SHARE = 0.5
 HELD_OUT_SHARE = 0.1
 # With few seeds a tenth is too few to choose or estimate on: a yeast copy's 122 seeds hold
 # out 12 (a standard error of 12.5 points), and on pairs holding out 12-101 the estimate erred
@@ -178,15 +195,18 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                      if polish else "only for one-to-one decodings of featureless pairs of "
                      f"at most {assign.POLISH_MAX_NODES} nodes, without --candidates")
     hinted = exact and pair.seeds is None and not polish
-    chosen["bootstrap.rounds"] = 1 if hinted else 0
+    seeded = exact and pair.seeds is not None
+    chosen["bootstrap.rounds"] = 1 if hinted else SEEDED_ROUNDS if seeded else 0
     why["bootstrap"] = (
         "one round: the mutual best matches of a first pass become anchors of the output "
         "pass (yeast at 25 % noise +9 points, DBP15k +1.6)" if hinted else
+        f"up to {SEEDED_ROUNDS} rounds, each kept while the held-out estimate improves: the "
+        f"mutual best matches of confidence >= {HINT_CONFIDENCE:g} become anchors of the "
+        "next pass" if seeded else
         "the polish instead: on yeast a bootstrapping pass before it added nothing (-0.6 to "
-        "+0.5 points, 3 runs per noise level) for 2 s more" if polish and pair.seeds is None
-        else "with seeds: no held-out gain measured on DBP15k or the social pairs, for a "
-        "pass per round" if exact else "no backward search: the hints would be mutual only "
-        "among the lists, and a second pass doubles the run; neither measured")
+        "+0.5 points, 3 runs per noise level) for 2 s more" if polish
+        else "no backward search: the hints would be mutual only among the lists, and a "
+        "second pass doubles the run; neither measured")
     open_keys = {k: v for k, v in chosen.items() if not cfg.is_set(k)}
     user = sorted(k for k in chosen if cfg.is_set(k))
     settled = _apply(cfg, open_keys)
@@ -448,6 +468,17 @@ def mutual_matches(result: Result) -> tuple[np.ndarray, np.ndarray] | None:
     return result.rows.numpy()[ok], result.matched.numpy()[ok]
 
 
+def confident_matches(result: Result, fit: estimate.Calibration,
+                      at_least: float = HINT_CONFIDENCE) -> tuple[np.ndarray, np.ndarray] | None:
+    """The :func:`mutual_matches` of ``result`` whose confidence under ``fit`` is at least
+    ``at_least``: the hints of a seeded bootstrapping round (:data:`HINT_CONFIDENCE`)."""
+    mutual = mutual_matches(result)
+    if mutual is None:
+        return None
+    sure = (fit(estimate.margins(result)) >= at_least).numpy()[result.mutual.numpy()]
+    return mutual[0][sure], mutual[1][sure]
+
+
 def _apart_from(hints: tuple[np.ndarray, np.ndarray], seeds: tuple[np.ndarray, np.ndarray]
                 ) -> tuple[np.ndarray, np.ndarray]:
     """The hints whose source and target are both no seed's."""
@@ -467,20 +498,20 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     estimate, and the fit of the confidence, over every fold's held-out seeds.
     Bootstrapping (``bootstrap.rounds``): the mutual best matches of a pass become hints,
     extra anchors of the next pass that are still searched and output. With seeds the rounds
-    run in the held-out runs and stop when the held-out Hits@1 (then MRR) stops improving; the
-    final pass takes the first fold's hints of the last improving round. Without seeds,
-    nothing can tell a second round from the first, so one round runs: a first pass gives the
-    hints, which are then split like seeds to choose the anchors' weight and depth. Runs in
-    this process, on the Ray path too; the returned pair carries the hints."""
+    run in the held-out runs, the hints are those of a clear margin too, and they stop when
+    the held-out Hits@1 (then MRR) stops improving (:func:`_rounds`); the final pass takes
+    the first fold's hints of the last improving round. Without seeds, nothing can tell a second round from the first, so one round runs:
+    a first pass gives the hints, which are then split like seeds to choose the anchors'
+    weight and depth. Runs in this process, on the Ray path too; the returned pair carries
+    the hints."""
     asked = cfg
     cfg, report = settle(pair, cfg)
     if cfg.assign.polish and cfg.assign.method != "one-to-one":
         raise InputError(f"assign.polish = true needs assign.method = \"one-to-one\" (it "
                          f"moves a matching), not {cfg.assign.method!r}")
-    rounds = cfg.bootstrap.rounds
     splits = [] if pair.seeds is None else _folds(pair.seeds, pair, cfg.seed)
     if not splits:
-        if not rounds or plan(pair, cfg).sources is None:  # no backward search: see settle
+        if not cfg.bootstrap.rounds or plan(pair, cfg).sources is None:  # no backward search: see settle
             return pair, cfg, Prepared(report)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
             first = pipeline.align(pair, _apply(cfg, {"assign.polish": False}), Stopwatch())
@@ -495,27 +526,51 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
         cfg, guesses, decoding = _decoded(trials, cfg)
         if decoding is not None:
             report["decoding"] = decoding
-        found, hints, tried, kept_rounds = estimate.held_out(guesses, helds), None, [], 0
-        for _ in range(rounds):
-            more = [mutual_matches(guess) for guess in guesses]
-            if any(m is None or m[0].size == 0 for m in more):
-                break
-            nxt = [pipeline.align(replace(trial, hints=m), cfg, Stopwatch())
-                   for (trial, _), m in zip(trials, more)]
-            better = estimate.held_out(nxt, helds)
-            tried.append({"hints": int(more[0][0].size), "held_out_hits@1": better["hits@1"],
-                          "held_out_mrr": better["mrr"]})
-            if not _held_out_better(better, found):
-                break
-            guesses, found, hints, kept_rounds = nxt, better, more[0], kept_rounds + 1
+        found, hints = estimate.held_out(guesses, helds), None
+        if cfg.bootstrap.rounds:
+            guesses, found, hints, report["bootstrap"] = _rounds(trials, guesses, found, cfg)
         fit = estimate.fitted(guesses, helds)
-    if rounds:
-        report["bootstrap"] = {"rounds": kept_rounds, "tried": tried,
-                               "hints": 0 if hints is None else int(hints[0].size)}
     if hints is not None:
         pair = replace(pair, hints=_apart_from(hints, pair.seeds))
     found = {**found, "confidence_fitted_on": fit.fitted_on}
     return pair, cfg, Prepared(report, found, fit)
+
+
+def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict[str, Any],
+            cfg: Config) -> tuple[list[Result], dict[str, Any], Pairs | None, dict[str, Any]]:
+    """Seeded bootstrapping on the folds' runs ``guesses`` (estimate ``found``): each round
+    the :func:`confident_matches` of every fold become its hints, kept while the held-out
+    estimate improves. Rounds the user did not ask for do not start where the held-out run
+    misses fewer than :data:`MIN_MISSED` seeds or the hints are fewer than
+    :data:`MIN_HINT_SHARE` of the kept seeds. Returns the runs and estimate of the last kept
+    round, its first fold's hints (``None`` when no round was kept) and the report."""
+    helds = [held for _, held in trials]
+    chosen = not cfg.is_set("bootstrap.rounds")
+    rounds, hints, tried, kept, why = cfg.bootstrap.rounds, None, [], 0, None
+    missed = round((1 - found["hits@1"]) * found["held_out"])
+    if chosen and missed < MIN_MISSED:
+        rounds, why = 0, (f"the held-out run missed {missed} of {found['held_out']}: no round "
+                          "could show a gain")
+    for _ in range(rounds):
+        sure = estimate.fitted(guesses, helds)
+        more = [confident_matches(guess, sure) for guess in guesses]
+        if any(m is None or m[0].size == 0 for m in more):
+            break
+        count, seeds = (sum(m[0].size for m in more),
+                        sum(trial.seeds[0].size for trial, _ in trials))
+        if chosen and count < MIN_HINT_SHARE * seeds:
+            why = f"{count} hints against {seeds} kept seeds: too few to change the anchors"
+            break
+        nxt = [pipeline.align(replace(trial, hints=m), cfg, Stopwatch())
+               for (trial, _), m in zip(trials, more)]
+        better = estimate.held_out(nxt, helds)
+        tried.append({"hints": int(more[0][0].size), "held_out_hits@1": better["hits@1"],
+                      "held_out_mrr": better["mrr"]})
+        if not _held_out_better(better, found):
+            break
+        guesses, found, hints, kept = nxt, better, more[0], kept + 1
+    report = {"rounds": kept, "tried": tried, "hints": 0 if hints is None else int(hints[0].size)}
+    return guesses, found, hints, report if why is None else {**report, "why": why}
 
 
 def _names_or_structure(pair: Pair, trials: list[tuple[Pair, Pairs]], asked: Config,
