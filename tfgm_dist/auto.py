@@ -501,10 +501,10 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     extra anchors of the next pass that are still searched and output. With seeds the rounds
     run in the held-out runs, the hints are those of a clear margin too, and they stop when
     the held-out Hits@1 (then MRR) stops improving (:func:`_rounds`); the final pass takes
-    the first fold's hints of the last improving round. Without seeds, nothing can tell a second round from the first, so one round runs:
-    a first pass gives the hints, which are then split like seeds to choose the anchors'
-    weight and depth. Runs in this process, on the Ray path too; the returned pair carries
-    the hints."""
+    the first fold's hints of the last improving round. Without seeds, nothing can tell a
+    second round from the first, so one round runs: a first pass gives the hints, which are
+    then split like seeds to choose the anchors' weight and depth. Runs in this process, on
+    the Ray path too; the returned pair carries the hints."""
     asked = cfg
     cfg, report = settle(pair, cfg)
     if cfg.assign.polish and cfg.assign.method != "one-to-one":
@@ -512,7 +512,7 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
                          f"moves a matching), not {cfg.assign.method!r}")
     splits = [] if pair.seeds is None else _folds(pair.seeds, pair, cfg.seed)
     if not splits:
-        if not cfg.bootstrap.rounds or plan(pair, cfg).sources is None:  # no backward search: see settle
+        if not cfg.bootstrap.rounds or plan(pair, cfg).sources is None:  # no backward search
             return pair, cfg, Prepared(report)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
             first = pipeline.align(pair, _apply(cfg, {"assign.polish": False}), Stopwatch())
