@@ -119,9 +119,9 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     """Three parts, the sparse one-to-one auction on the part actors, without and with
     refinement (sharded like the embedding: both directions, seeds pinned), and anchored
     by the hints of a seeded bootstrapping round: the rows, scores, confidence and metrics
-    are one process's. Without seeds the confidence is
-    fitted on the mutual matches of every part's rows (unrefined, mutual among the rows
-    listing a target: there is no backward search). (The other decoders run in one Ray
+    are one process's. Without seeds the confidence is fitted on the mutual matches of
+    every part's rows (unrefined, mutual among the rows listing a target: there is no
+    backward search). (The other decoders run in one Ray
     task with the same code as in one process; every decoder is compared in
     test_pipeline.)"""
     refine, seeded, partitioner, rounds = ON_PARTS[case]

@@ -548,6 +548,7 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
     helds = [held for _, held in trials]
     chosen = not cfg.is_set("bootstrap.rounds")
     rounds, hints, tried, kept, why = cfg.bootstrap.rounds, None, [], 0, None
+    seeds = sum(trial.seeds[0].size for trial, _ in trials)
     missed = round((1 - found["hits@1"]) * found["held_out"])
     if chosen and missed < MIN_MISSED:
         rounds, why = 0, (f"the held-out run missed {missed} of {found['held_out']}: no round "
@@ -557,8 +558,7 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
         more = [confident_matches(guess, sure) for guess in guesses]
         if any(m is None or m[0].size == 0 for m in more):
             break
-        count, seeds = (sum(m[0].size for m in more),
-                        sum(trial.seeds[0].size for trial, _ in trials))
+        count = sum(m[0].size for m in more)
         if chosen and count < MIN_HINT_SHARE * seeds:
             why = f"{count} hints against {seeds} kept seeds: too few to change the anchors"
             break
