@@ -449,6 +449,30 @@ def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
     assert np.array_equal(everything[0], mutual[0])
 
 
+@pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
+                    "the checkout: the yeast network is read from it")
+def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_of(tmp_path):
+    """Noisy copies of yeast whose nodes carry 2 of 64 words, no seeds: the first pass's
+    mutual best matches of confidence >= 0.8 (fitted on its own mutual matches) anchor the
+    output pass, not all of them."""
+    from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
+    from tfgm_dist.load import load_graph
+    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+    dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
+                       keep=0.8, edge_drop=0.25, attributed=True, vocabulary=64, words=2)
+    paths = write_dev_pair(dev, tmp_path)
+    pair = pipeline.load_pair(paths["source"], paths["target"], Config())
+    final, _, prepared = auto.prepare(pair, Config(), Stopwatch())
+    first = prepared.first
+    margin, mutual = estimate.margins(first), first.mutual.numpy()
+    sure = (estimate.on_mutual(margin, mutual)(margin) >= auto.HINT_CONFIDENCE).numpy()
+    rows, matched = first.rows.numpy(), first.matched.numpy()
+    assert 0 < (mutual & sure).sum() < mutual.sum()
+    assert np.array_equal(final.hints[0], rows[mutual & sure])
+    assert np.array_equal(final.hints[1], matched[mutual & sure])
+    assert prepared.report["bootstrap"]["hints"] == final.hints[0].size
+
+
 def test_with_seeds_the_held_out_seeds_choose_the_decoding():
     from tfgm_dist.load import load_graph
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
