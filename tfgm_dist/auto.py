@@ -202,8 +202,9 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     seeded = exact and pair.seeds is not None
     chosen["bootstrap.rounds"] = 1 if hinted else SEEDED_ROUNDS if seeded else 0
     why["bootstrap"] = (
-        "one round: the mutual best matches of a first pass become anchors of the output "
-        "pass (yeast at 25 % noise +9 points, DBP15k +1.6)" if hinted else
+        "one round: the mutual best matches of a first pass with confidence >= "
+        f"{HINT_CONFIDENCE:g} become anchors of the output pass (DBP15k one-to-one 93.9 / 97.3 / "
+        "99.2; 91.3 / 96.6 / 99.0 without bootstrapping)" if hinted else
         f"up to {SEEDED_ROUNDS} rounds, each kept while the held-out estimate improves: the "
         f"mutual best matches of confidence >= {HINT_CONFIDENCE:g} become anchors of the "
         "next pass" if seeded else
