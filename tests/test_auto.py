@@ -58,7 +58,7 @@ def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_
     alike = torch.eye(4)[torch.arange(n) % 4]  # four kinds of node: every one has look-alikes
     distinct = torch.eye(n)
     for x, structure in ((alike, True), (distinct, False)):
-        assert features.lookalike_share(x) == float(structure)
+        assert features.lookalike_share(lambda nodes: x[nodes], n) == float(structure)
         cfg, report = auto.settle(pipeline.Pair(ring(n, features=x), ring(n, features=x)),
                                   Config())
         assert cfg.structure.enabled == structure
@@ -68,7 +68,8 @@ def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_
     assert not auto.settle(names, Config())[0].structure.enabled  # names: not measured better
     # half the rows have a twin: [e1, e1, e2, e3], whatever the block of references
     twins = torch.eye(3)[torch.tensor([0, 0, 1, 2])]
-    assert [features.lookalike_share(twins, block=b) for b in (1, 3, 2048)] == [0.5] * 3
+    assert [features.lookalike_share(lambda nodes: twins[nodes], 4, block=b)
+            for b in (1, 3, 2048)] == [0.5] * 3
 
 
 def test_without_seeds_far_more_sources_than_targets_decode_by_each_sources_best():

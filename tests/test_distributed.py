@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -15,7 +16,9 @@ from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import graph_parts
 from tfgm_dist.embed import graph_operator
 from tfgm_dist.errors import InputError
+from tfgm_dist.graph import Graph
 from tfgm_dist.job import OnRay, run_job
+from tfgm_dist.load.tables import NodeContent
 from tfgm_dist.partition import partition, pymetis
 from tfgm_dist.synth import write_pair
 
@@ -63,7 +66,7 @@ def test_each_part_receives_exactly_its_halo_rows_from_the_others(parts):
     op = graph_operator(torch.randint(0, n, (2, 1600), generator=gen), n)
     x = torch.randn(n, 5, generator=gen)
     parting = partition(op.edge_index, n, parts, seed=0)
-    plan = graph_parts(op, [x], parting)
+    plan = graph_parts(op, parting)
     sent = 0
     for p, gp in enumerate(plan):
         own = x[parting.nodes(p)].numpy()
@@ -172,6 +175,75 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     assert json.loads(meta[b"tfgm_dist.config"])["ray"]["partitions"] == p
     assert set(json.loads(meta[b"tfgm_dist.inputs"])) == {"source", "target", "gold",
                                                           *(["seeds"] if seeded else [])}
+
+
+def named(data: dict[str, Path], rng: np.random.Generator) -> None:
+    """The pair's nodes named instead of described by vectors: the source's by random
+    words, each target by its counterpart's name with a letter dropped from every third."""
+    gold = pq.read_table(data["gold"])
+    words = ["".join(rng.choice(list("abcdefghij"), 7)) for _ in range(gold.num_rows)]
+    of = dict(zip(gold.column("source_id").to_pylist(), words))
+    to = dict(zip(gold.column("target_id").to_pylist(), gold.column("source_id").to_pylist()))
+    for side, name_of in (("source", of.get),
+                          ("target", lambda t: of[to[t]][int(t[1:]) % 3 == 0:])):
+        path = data[side] / "nodes.parquet"
+        ids = pq.read_table(path).column("id").to_pylist()
+        pq.write_table(pa.table({"id": ids, "name": [name_of(i) for i in ids]}), path)
+
+
+@pytest.mark.parametrize("content", ["names", "vectors"])
+def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster, tmp_path,
+                                                                       monkeypatch, content):
+    """Without seeds or bootstrapping (whose passes run in the driver) each part reads its
+    nodes' names or vectors from nodes.parquet and makes its input rows (the names' IDF
+    summed over the parts): the rows and scores are one process's, and the driver never
+    reads the content whole (for vectors the sample of the look-alike test, then one node's
+    row for the width; for names that node's)."""
+    data = write_pair(tmp_path / "data", 800, seed=7, feature_noise=2.0)
+    if content == "names":
+        named(data, np.random.default_rng(0))
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    base = from_toml("""
+        [search]
+        k = 10
+        [refine]
+        steps = 4
+        dim = 32
+        [bootstrap]
+        rounds = 0
+    """)
+    single = run_job(job(base, tmp_path / "single", 0, **paths))
+    whole, read = Graph.with_content, []
+
+    def guarded(graph: Graph) -> Graph:
+        assert graph.content is None, "the driver read a graph's content whole"
+        return whole(graph)
+
+    real_read = NodeContent._read
+    monkeypatch.setattr(Graph, "with_content", guarded)
+    monkeypatch.setattr(NodeContent, "_read", lambda c, nodes, column: read.append(
+        len(nodes)) or real_read(c, nodes, column))
+    two = run_job(job(base, tmp_path / "p2", 2, **paths))
+    assert single["auto"]["kind"] == two["auto"]["kind"] == (
+        "names" if content == "names" else "given")
+    assert_same_rows(tmp_path / "single", tmp_path / "p2")
+    (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / "p2")
+    assert ta.equals(tb)
+    assert two["accuracy"] == single["accuracy"] > 0.5
+    assert read == ([1] if content == "names" else [800, 800, 1])
+
+
+def test_a_bad_vector_found_by_a_part_is_one_error_and_nothing_is_written(cluster, tmp_path):
+    data = write_pair(tmp_path / "data", 300, seed=1)
+    nodes = pq.read_table(data["target"] / "nodes.parquet")
+    vectors = nodes.column("features").to_pylist()
+    vectors[17][3] = float("nan")
+    pq.write_table(nodes.set_column(1, "features", pa.array(vectors)),
+                   data["target"] / "nodes.parquet")
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=r"nodes\.parquet: node 't17' has a NaN"):
+        run_job(job(Config(), out, 2, source=data["source"], target=data["target"]))
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("handed_over", [True, False], ids=["handed over", "on the parts"])

@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfgm_dist.features import (char_ngrams, degree_onehot, degree_sinusoidal, degrees,
-                                random_projection, sentence_vectors, tie_seeds, validate)
+from tfgm_dist.features import (degree_onehot, degree_sinusoidal, degrees, document_frequency,
+                                inverse_document_frequency, ngram_counts, node_named,
+                                random_projection, sentence_vectors, tf_idf, tie_seeds,
+                                validate)
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 
@@ -21,6 +23,14 @@ def graph(ids, edges=((), ())) -> Graph:
 
 def cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return F.cosine_similarity(a, b, dim=0).item()
+
+
+def char_ngrams(names: list[list[str]], n: int = 2, dim: int = 2048) -> list[torch.Tensor]:
+    """Each graph's n-gram TF-IDF, the IDF over both: what the names channel is made of."""
+    counts = [ngram_counts(texts, n, dim) for texts in names]
+    idf = inverse_document_frequency(sum(document_frequency(c) for c in counts),
+                                     sum(c.size(0) for c in counts))
+    return [tf_idf(c, idf) for c in counts]
 
 
 def dense_ngrams(*args, **kwargs) -> list[torch.Tensor]:
@@ -135,7 +145,9 @@ def test_degree_sinusoidal_rejects_odd_width():
 
 
 def test_degree_onehot_shares_the_vocabulary_of_both_graphs():
-    x_s, x_t = degree_onehot([torch.tensor([1.0, 3.0]), torch.tensor([2.0, 3.0, 5.0])])
+    degs = [torch.tensor([1.0, 3.0]), torch.tensor([2.0, 3.0, 5.0])]
+    vocab = torch.unique(torch.cat(degs))
+    x_s, x_t = (degree_onehot(d, vocab) for d in degs)
     # vocabulary [1, 2, 3, 5] for both
     assert x_s.tolist() == [[1, 0, 0, 0], [0, 0, 1, 0]]
     assert x_t.tolist() == [[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
@@ -180,7 +192,7 @@ def test_random_projection_uses_one_matrix_for_both_inputs_and_is_seeded():
 
 
 def test_validate_accepts_finite_nonzero_rows():
-    validate(torch.tensor([[1.0, 0.0], [0.0, -2.0]]), graph(["a", "b"]))
+    validate(torch.tensor([[1.0, 0.0], [0.0, -2.0]]), node_named(graph(["a", "b"])))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -188,7 +200,7 @@ def test_validate_names_node_with_non_finite_feature(bad):
     x = torch.ones(3, 2)
     x[1, 1] = bad
     with pytest.raises(InputError, match=r"g\.tsv: node 'beta' has a NaN or infinite"):
-        validate(x, graph(["alpha", "beta", "gamma"]))
+        validate(x, node_named(graph(["alpha", "beta", "gamma"])))
 
 
 def test_validate_allows_all_zero_rows_and_names_the_first(caplog):
@@ -196,7 +208,7 @@ def test_validate_allows_all_zero_rows_and_names_the_first(caplog):
     x[2] = 0.0
     x[3] = 0.0
     with caplog.at_level("WARNING"):
-        validate(x, graph(np.array([10, 20, 30, 40])))
+        validate(x, node_named(graph(np.array([10, 20, 30, 40]))))
     assert "2 nodes have no features" in caplog.text and "30" in caplog.text
 
 

@@ -242,6 +242,55 @@ def test_parquet_with_nodes_names_and_features(tmp_path):
     assert g.features[3].tolist() == [0.5, 0.5]
 
 
+def test_parquet_names_and_features_deferred_are_read_by_any_share_of_the_nodes(tmp_path):
+    """Left in nodes.parquet (a folder of part files here), the content reads back for any
+    nodes in any order, through the numbering by id and the target's shuffle, as the
+    whole load reads it; the types are checked at load."""
+    directory = tmp_path / "graph"
+    (directory / "nodes.parquet").mkdir(parents=True)
+    ids, names = [40, 10, 30, 20, 50], ["forty", "ten", "thirty", "twenty", "fifty"]
+    vectors = [[4.0, 0.0], [1.0, 0.0], [3.0, 0.0], [2.0, 0.0], [5.0, 0.0]]
+    for i, at in enumerate((slice(0, 2), slice(2, 5))):
+        pq.write_table(pa.table({"id": ids[at], "name": names[at], "features": vectors[at]}),
+                       directory / "nodes.parquet" / f"part-{i:05d}.parquet")
+    pq.write_table(pa.table({"src": [10, 20, 30], "dst": [20, 30, 40]}),
+                   directory / "edges.parquet")
+    whole, deferred = load_graph(directory), load_graph(directory, deferred=True)
+    assert deferred.names is None and deferred.features is None
+    assert deferred.has_names and deferred.has_features and deferred.feature_width == 2
+    assert not deferred.names_from_ids
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    for g, d in ((whole, deferred), (whole.by_id(), deferred.by_id()),
+                 (whole.by_id().permuted(perm), deferred.by_id().permuted(perm))):
+        read = d.with_content()
+        assert read.content is None and read.names == g.names
+        assert torch.equal(read.features, g.features)
+        nodes = np.array([4, 0, 2])
+        part = d.of_nodes(nodes)
+        assert part.content.names(np.arange(3)) == [g.names[i] for i in nodes]
+        assert torch.equal(part.content.features(np.arange(3)), g.features[nodes])
+        assert torch.equal(d.feature_rows(torch.from_numpy(nodes)), g.features[nodes])
+        assert part.ids.to_pylist() == [g.ids[i].as_py() for i in nodes]
+    pq.write_table(pa.table({"id": ids, "features": ["1", "2", "3", "4", "5"]}),
+                   tmp_path / "nodes.parquet")
+    (directory / "nodes.parquet" / "part-00001.parquet").unlink()
+    (directory / "nodes.parquet" / "part-00000.parquet").unlink()
+    (tmp_path / "nodes.parquet").rename(directory / "nodes.parquet" / "part-00000.parquet")
+    with raises(str(directory / "nodes.parquet"), "column features has type string"):
+        load_graph(directory, deferred=True)
+
+
+def test_parquet_deferred_bad_features_name_the_node_when_its_part_reads_them(tmp_path):
+    directory = parquet_dir(tmp_path, {"src": ["a", "b"], "dst": ["b", "c"]},
+                            {"id": ["a", "b", "c"],
+                             "features": [[1.0, 2.0], [float("nan"), 0.0], [1.0, 1.0]]})
+    g = load_graph(directory, deferred=True)  # the values are read where they are used
+    assert torch.equal(g.of_nodes(np.array([2, 0])).content.features(np.arange(2)),
+                       torch.tensor([[1.0, 1.0], [1.0, 2.0]]))
+    with raises(str(directory / "nodes.parquet"), "node 'b' has a NaN"):
+        g.of_nodes(np.array([1, 2])).content.features(np.arange(2))
+
+
 def test_parquet_part_file_folders_as_spark_writes_them_read_in_path_order(tmp_path):
     directory = tmp_path / "graph"
     for name, parts in (("edges.parquet", [{"src": [3, 1], "dst": [1, 2]},

@@ -142,8 +142,8 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                                    or pair.target.names_from_ids else "")
                         + ": hashed character bigrams projected to 256, 3 layers")
     else:
-        width = pair.source.features.size(1) if pair.source.features is not None else 0
-        alike = max(features.lookalike_share(g.features, seed=cfg.seed)
+        width = pair.source.feature_width
+        alike = max(features.lookalike_share(g.feature_rows, g.num_nodes, seed=cfg.seed)
                     for g in (pair.source, pair.target))
         structure = alike >= LOOKALIKE_SHARE
         chosen.update({"embed.layers": 2, "features.project_dim": 256 if width > 512 else 0,
@@ -514,7 +514,8 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     the first fold's hints of the last improving round. Without seeds, nothing can tell a
     second round from the first, so one round runs: a first pass gives the hints, which are
     then split like seeds to choose the anchors' weight and depth. Runs in this process, on
-    the Ray path too; the returned pair carries the hints."""
+    the Ray path too, reading the names and vectors left in the input (:attr:`Graph.content`)
+    where a pass runs; the returned pair carries the hints."""
     asked = cfg
     cfg, report = settle(pair, cfg)
     if cfg.assign.polish and cfg.assign.method != "one-to-one":
@@ -524,11 +525,13 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     if not splits:
         if not cfg.bootstrap.rounds or plan(pair, cfg).sources is None:  # no backward search
             return pair, cfg, Prepared(report)
+        pair = pair.with_content()  # names and vectors left in the input: a pass runs here
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
             first = pipeline.align(pair, _apply(cfg, {"assign.polish": False}), Stopwatch())
             hints = confident_matches(first)
             cfg, report["bootstrap"] = _hinted(pair, cfg, hints)
         return replace(pair, hints=hints), cfg, Prepared(report, first=first)
+    pair = pair.with_content()
     trials = [(estimation_pair(replace(pair, seeds=kept), held), held) for kept, held in splits]
     helds = [held for _, held in trials]
     with watch.stage("estimate"):

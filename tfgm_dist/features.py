@@ -13,6 +13,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from unittest import mock
 
 import numpy as np
@@ -27,46 +28,53 @@ from .graph import Graph
 log = logging.getLogger(__name__)
 
 
-def char_ngrams(names: list[list[str]], n: int = 2, dim: int = 2048) -> list[torch.Tensor]:
-    """Hashed character ``n``-gram TF-IDF vectors of width ``dim`` for each list of names, as
-    sparse (COO) ``[len(names[i]), dim]`` tensors: a name holds a few dozen grams, so a
+def ngram_counts(texts: list[str], n: int = 2, dim: int = 2048) -> torch.Tensor:
+    """How often each hashed character ``n``-gram occurs in each text: a coalesced sparse COO
+    ``[len(texts), dim]`` tensor. Weighted by the IDF over both graphs' names
+    (:func:`document_frequency`, :func:`tf_idf`), a name holds a few dozen grams, so a
     million names take tens of MiB, not the 8 GiB of a dense matrix.
 
     A name is lower-cased and padded with one space on each side, so word boundaries form
     n-grams too. Buckets are ``crc32(gram) mod dim`` (stable across processes, unlike
     ``hash``; scikit-learn's ``HashingVectorizer`` would pad and hash differently and move
-    every score); IDF is computed over the names of both graphs together.
+    every score). A row depends on its text alone, so any share of the names is counted
+    alike, in one process or on the part that holds them.
     """
     if n < 1 or dim < 1:
         raise ValueError(f"n-gram size and width must be >= 1, got n={n}, dim={dim}")
     bucket: dict[str, int] = {}
-    coo = []
-    for texts in names:
-        rows, cols = [], []
-        for i, text in enumerate(texts):
-            text = f" {text.lower()} "
-            for j in range(len(text) - n + 1):
-                gram = text[j:j + n]
-                b = bucket.get(gram)
-                if b is None:
-                    b = bucket[gram] = zlib.crc32(gram.encode()) % dim
-                rows.append(i)
-                cols.append(b)
-        coo.append((np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64),
-                    len(texts)))
-    df = np.zeros(dim)
-    for rows, cols, _ in coo:
-        np.add.at(df, np.unique(rows * dim + cols) % dim, 1)
-    total = sum(n_rows for _, _, n_rows in coo)
-    idf = torch.from_numpy(np.log((1 + total) / (1 + df)) + 1).float()
-    out = []
-    for rows, cols, n_rows in coo:
-        at = torch.from_numpy(np.stack([rows, cols]))
-        with sparse_on_purpose():
-            x = torch.sparse_coo_tensor(at, torch.ones(len(rows)), (n_rows, dim)).coalesce()
-            out.append(torch.sparse_coo_tensor(x.indices(), x.values() * idf[x.indices()[1]],
-                                               x.shape, is_coalesced=True))
-    return out
+    rows, cols = [], []
+    for i, text in enumerate(texts):
+        text = f" {text.lower()} "
+        for j in range(len(text) - n + 1):
+            gram = text[j:j + n]
+            b = bucket.get(gram)
+            if b is None:
+                b = bucket[gram] = zlib.crc32(gram.encode()) % dim
+            rows.append(i)
+            cols.append(b)
+    at = torch.from_numpy(np.stack([np.asarray(rows, dtype=np.int64),
+                                    np.asarray(cols, dtype=np.int64)]))
+    with sparse_on_purpose():
+        return torch.sparse_coo_tensor(at, torch.ones(len(rows)), (len(texts), dim)).coalesce()
+
+
+def document_frequency(counts: torch.Tensor) -> np.ndarray:
+    """For each bucket, how many rows of ``counts`` (:func:`ngram_counts`) hold it: summed
+    over the graphs (or their parts), the document frequency of the IDF."""
+    return np.bincount(counts.indices()[1].numpy(), minlength=counts.size(1)).astype(np.float64)
+
+
+def inverse_document_frequency(df: np.ndarray, total: int) -> torch.Tensor:
+    """Smoothed IDF ``log((1 + N) / (1 + df)) + 1`` of ``total = N`` names."""
+    return torch.from_numpy(np.log((1 + total) / (1 + df)) + 1).float()
+
+
+def tf_idf(counts: torch.Tensor, idf: torch.Tensor) -> torch.Tensor:
+    """``counts`` (:func:`ngram_counts`) with each bucket weighted by its ``idf``."""
+    with sparse_on_purpose():
+        return torch.sparse_coo_tensor(counts.indices(), counts.values() * idf[counts.indices()[1]],
+                                       counts.shape, is_coalesced=True)
 
 
 def dense(x: torch.Tensor) -> torch.Tensor:
@@ -121,10 +129,10 @@ def degrees(graph: Graph) -> torch.Tensor:
     return torch.bincount(torch.cat([ends // n, ends % n]), minlength=n).float()
 
 
-def degree_onehot(degs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """One-hot encoding of each node's degree over the degrees present in either graph."""
-    vocab = torch.unique(torch.cat(degs))
-    return [F.one_hot(torch.searchsorted(vocab, d), vocab.numel()).float() for d in degs]
+def degree_onehot(deg: torch.Tensor, vocab: torch.Tensor) -> torch.Tensor:
+    """One-hot encoding of each node's degree over ``vocab``, the sorted degrees present in
+    either graph (``torch.unique`` of both)."""
+    return F.one_hot(torch.searchsorted(vocab, deg), vocab.numel()).float()
 
 
 def degree_sinusoidal(deg: torch.Tensor, dim: int = 512) -> torch.Tensor:
@@ -139,27 +147,27 @@ def degree_sinusoidal(deg: torch.Tensor, dim: int = 512) -> torch.Tensor:
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
 
 
-def lookalike_share(x: torch.Tensor, threshold: float = 0.95, sample: int = 1_000,
-                    reference: int = 20_000, seed: int = 0, block: int = 2_048) -> float:
-    """The share of ``sample`` random rows of ``x`` (``[N, d]``) that have a look-alike: another
-    of ``reference`` random rows at cosine ``>= threshold``. It says how well the vectors alone
-    tell a graph's nodes apart, at a fixed cost (``sample x reference`` products) whatever
-    ``N``: on attributed development pairs it is 0.00-0.01 for bags of 4 of 1,000 words and
-    for synthetic Gaussian vectors, 0.19-0.72 for 2 of 64 words and 0.98-1.00 for 1 of 16."""
+def lookalike_share(rows_of: Callable[[torch.Tensor], torch.Tensor], n: int,
+                    threshold: float = 0.95, sample: int = 1_000, reference: int = 20_000,
+                    seed: int = 0, block: int = 2_048) -> float:
+    """The share of ``sample`` random rows of an ``[n, d]`` matrix (``rows_of(nodes)`` gives
+    the rows of ``nodes``, such as :meth:`Graph.feature_rows`) that have a look-alike:
+    another of ``reference`` random rows at cosine ``>= threshold``. It says how well the
+    vectors alone tell a graph's nodes apart, at a fixed cost (``sample x reference``
+    products, the reference rows read once) whatever ``n``: on attributed development pairs
+    it is 0.00-0.01 for bags of 4 of 1,000 words and for synthetic Gaussian vectors,
+    0.19-0.72 for 2 of 64 words and 0.98-1.00 for 1 of 16."""
     gen = torch.Generator().manual_seed(seed)
-    ref = torch.randperm(x.size(0), generator=gen)[:reference]
-
-    def unit(nodes: torch.Tensor) -> torch.Tensor:
-        rows = x.index_select(0, nodes)
-        return F.normalize((rows.to_dense() if rows.is_sparse else rows).float(), dim=1)
-
-    n = min(sample, ref.numel())
-    if n == 0:
+    ref = torch.randperm(n, generator=gen)[:reference]
+    rows = rows_of(ref)
+    unit = F.normalize((rows.to_dense() if rows.is_sparse else rows).float(), dim=1)
+    m = min(sample, ref.numel())
+    if m == 0:
         return 0.0
-    queries, best = unit(ref[:n]), torch.full((n,), -torch.inf)
+    queries, best = unit[:m], torch.full((m,), -torch.inf)
     for start in range(0, ref.numel(), block):  # wide vectors: never reference x d at once
-        sims = queries @ unit(ref[start:start + block]).T
-        own = torch.arange(start, max(start, min(start + block, n)))  # queries are the first n
+        sims = queries @ unit[start:start + block].T
+        own = torch.arange(start, max(start, min(start + block, m)))  # queries are the first m
         sims[own, own - start] = -torch.inf
         best = torch.maximum(best, sims.max(1).values)
     return float((best >= threshold).float().mean())
@@ -250,8 +258,9 @@ def tie_seeds(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,
     return x_s, x_t
 
 
-def validate(x: torch.Tensor, graph: Graph) -> None:
-    """Reject features with NaN/inf, naming the first offending node id.
+def validate(x: torch.Tensor, where: Callable[[int], str]) -> None:
+    """Reject features with NaN/inf, naming the first offending row by ``where(i)`` (for
+    example the graph and the node's id).
 
     An all-zero row (a node without attributes, a name without letters or digits) is
     allowed and logged: such a node is described by its neighbours' features and by the
@@ -262,12 +271,14 @@ def validate(x: torch.Tensor, graph: Graph) -> None:
     else:
         bad = ~torch.isfinite(x).all(dim=1)
         if bad.any():
-            i = int(bad.nonzero()[0])
-            raise InputError(f"{graph.source}: node {graph.ids[i].as_py()!r} has a NaN or "
-                             "infinite feature")
+            raise InputError(f"{where(int(bad.nonzero()[0]))} has a NaN or infinite feature")
         zero = (x == 0).all(dim=1)
     if zero.any():
-        i = int(zero.nonzero()[0])
-        log.warning("%s: %d nodes have no features (all-zero rows; the first is %r): they "
-                    "are described by their neighbours only", graph.source, int(zero.sum()),
-                    graph.ids[i].as_py())
+        log.warning("%d nodes have no features (all-zero rows; the first is %s): they are "
+                    "described by their neighbours only", int(zero.sum()),
+                    where(int(zero.nonzero()[0])))
+
+
+def node_named(graph: Graph) -> Callable[[int], str]:
+    """Names node number ``i`` of ``graph`` in messages: its graph and id."""
+    return lambda i: f"{graph.source}: node {graph.ids[i].as_py()!r}"

@@ -8,7 +8,7 @@ the user's ids again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,9 @@ import pyarrow.compute as pc
 import torch
 
 from .errors import InputError
+
+if TYPE_CHECKING:  # the loaders import this module
+    from .load.tables import NodeContent
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class Graph:
         features: optional ``[N, d]`` float tensor of given node vectors.
         source: where the graph came from, for error messages and the manifest.
         stats: what the loader counted and dropped (duplicate edges, self-loops, ...).
+        content: names and vectors left in the input's ``nodes.parquet``, read by the parts
+            of a run on Ray (:class:`~tfgm_dist.load.tables.NodeContent`); ``names`` and
+            ``features`` are then ``None`` until :meth:`with_content`.
     """
 
     ids: pa.Array
@@ -44,6 +50,7 @@ class Graph:
     source: str = "<memory>"
     stats: dict[str, int] = field(default_factory=dict)
     names_from_ids: bool = False
+    content: NodeContent | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -61,6 +68,9 @@ class Graph:
         if self.features is not None and self.features.size(0) != n:
             raise InputError(f"{self.source}: {self.features.size(0)} feature rows "
                              f"for {n} nodes")
+        if self.content is not None and self.content.rows.size != n:
+            raise InputError(f"{self.source}: {self.content.rows.size} content rows for {n} "
+                             "nodes")
 
     @property
     def num_nodes(self) -> int:
@@ -69,6 +79,50 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return self.edge_index.size(1)
+
+    @property
+    def has_names(self) -> bool:
+        return self.names is not None or self.content is not None and self.content.has_names
+
+    @property
+    def has_features(self) -> bool:
+        return (self.features is not None
+                or self.content is not None and self.content.has_features)
+
+    @property
+    def feature_width(self) -> int:
+        """The width of the given vectors, 0 without them."""
+        if self.features is not None:
+            return self.features.size(1)
+        return self.content.width if self.has_features else 0
+
+    def feature_rows(self, nodes: torch.Tensor) -> torch.Tensor:
+        """The given vectors of node numbers ``nodes``, read where they are."""
+        if self.features is not None:
+            return self.features.index_select(0, nodes)
+        return self.content.features(nodes.numpy())
+
+    def of_nodes(self, nodes: np.ndarray) -> "Graph":
+        """Node numbers ``nodes`` alone, numbered ``0 ..`` in that order, with their ids and
+        names, vectors or content, without edges: what a part of a run on Ray makes its
+        input rows from."""
+        at = torch.from_numpy(nodes)
+        return Graph(
+            ids=self.ids.take(pa.array(nodes)), edge_index=torch.zeros(2, 0, dtype=torch.long),
+            names=None if self.names is None else [self.names[i] for i in nodes.tolist()],
+            features=None if self.features is None else self.features[at],
+            source=self.source, names_from_ids=self.names_from_ids,
+            content=None if self.content is None else replace(self.content,
+                                                              rows=self.content.rows[nodes]))
+
+    def with_content(self) -> "Graph":
+        """The graph with its names and vectors read (the graph itself when they were)."""
+        if self.content is None:
+            return self
+        every = np.arange(self.num_nodes)
+        c = self.content
+        return replace(self, names=c.names(every) if c.has_names else None,
+                       features=c.features(every) if c.has_features else None, content=None)
 
     def index_of(self, user_ids: pa.Array | list, what: str,
                  where: Callable[[int], str] | None = None) -> np.ndarray:
@@ -114,4 +168,6 @@ class Graph:
             edge_index=inverse[self.edge_index],
             names=None if self.names is None else [self.names[i] for i in perm.tolist()],
             features=None if self.features is None else self.features[perm],
+            content=None if self.content is None else replace(
+                self.content, rows=self.content.rows[perm.numpy()]),
         )

@@ -149,18 +149,21 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
     run = {"schema_version": METRICS_SCHEMA, "run_id": run_id(), "started_at": _now()}
     if delta:
         run["run_date"] = job.run_date or datetime.now(timezone.utc).date().isoformat()
+    if collection is None:
+        runner = runner or (OnRay() if cfg.ray.partitions else Local())
     with _inputs_folder() as tmp:
         with watch.stage("load"):
             local = {name: fetch(path, tmp) if path else None for name, path in paths.items()}
             if collection is not None:
                 from .supervised import load_collection
                 runner = Supervised(load_collection(local["collection"], cfg.seed))
+            # on Ray the parts read the nodes' names and vectors, each its own
             pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
                              seeds=local["seeds"], gold=local["gold"],
-                             candidates=local["candidates"], queries=local["queries"])
+                             candidates=local["candidates"], queries=local["queries"],
+                             deferred=isinstance(runner, OnRay))
             inputs = {name: {**write.fingerprint(local[name], out), "path": path}
                       for name, path in paths.items() if path}
-        runner = runner or (OnRay() if cfg.ray.partitions else Local())
         log.info("source %s: %d nodes, %d edges; target %s: %d nodes, %d edges",
                  pair.source.source, pair.source.num_nodes, pair.source.num_edges,
                  pair.target.source, pair.target.num_nodes, pair.target.num_edges)

@@ -17,6 +17,7 @@ import logging
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -53,6 +54,11 @@ class Pair:
             order = np.argsort(self.seeds[0], kind="stable")
             object.__setattr__(self, "seeds", (self.seeds[0][order], self.seeds[1][order]))
 
+    def with_content(self) -> "Pair":
+        """The pair with both graphs' names and vectors read (:meth:`Graph.with_content`)."""
+        return replace(self, source=self.source.with_content(),
+                       target=self.target.with_content())
+
     def anchored(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The seeds and the hints together: the pairs the anchor channel is built from."""
         if self.hints is None:
@@ -65,16 +71,18 @@ class Pair:
 def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Config, *,
               fmt: str | None = None, seeds: str | Path | None = None,
               gold: str | Path | None = None, candidates: str | Path | None = None,
-              queries: str | Path | None = None) -> Pair:
+              queries: str | Path | None = None, deferred: bool = False) -> Pair:
     """Load both graphs (or take them as given), number their nodes in the order of their
-    ids, shuffle the target, resolve the id files.
+    ids, shuffle the target, resolve the id files. ``deferred`` leaves the names and vectors
+    of a Parquet layout in its ``nodes.parquet`` (:attr:`Graph.content`).
 
     Numbered by id, not by first appearance, and with the seed pairs in the order of their
     sources (:class:`Pair`), a run does not depend on the order of the rows of its input
     files: ties (the auction's lowest source number) and the seeded draws (refinement's
     indicators, the anchors' vectors, the held-out seeds) fall alike however a file was
     written."""
-    g_s, g_t = ((g if isinstance(g, Graph) else load_graph(g, fmt, cfg.job.columns)).by_id()
+    g_s, g_t = ((g if isinstance(g, Graph) else load_graph(g, fmt, cfg.job.columns, deferred))
+                .by_id()
                 for g in (source, target))
     gen = torch.Generator().manual_seed(cfg.seed)
     g_t = g_t.permuted(torch.randperm(g_t.num_nodes, generator=gen))
@@ -93,43 +101,111 @@ def feature_kind(pair: Pair, cfg: Config) -> str:
     s, t, kind = pair.source, pair.target, cfg.features.kind
     if kind != "auto":
         return kind
-    return ("given" if s.features is not None and t.features is not None
-            else "names" if s.names is not None and t.names is not None
+    return ("given" if s.has_features and t.has_features
+            else "names" if s.has_names and t.has_names
             else "degree-sinusoidal")
 
 
-def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
-    """``X_s, X_t`` of the content channel (see :func:`feature_kind`)."""
-    fc, s, t = cfg.features, pair.source, pair.target
+@dataclass(frozen=True)
+class Content:
+    """What a node's row of the content channel's ``X`` depends on besides the node itself:
+    the kind (:func:`feature_kind`), and the statistics of both graphs together, the names'
+    IDF or the degree vocabulary. Any share of the rows is then computed alike
+    (:func:`content_rows`): in one process, or on the part of a run on Ray that holds them.
+
+    The statistics are sums over rows (:func:`content_counts`), so each part can count its
+    own and the driver add them up (:meth:`of`)."""
+
+    kind: str
+    idf: torch.Tensor | None = None  # names: [ngram_dim]
+    vocab: torch.Tensor | None = None  # degree-onehot: the sorted degrees of both graphs
+
+    @staticmethod
+    def of(kind: str, counts: list) -> "Content":
+        """The content of ``kind`` from the :func:`content_counts` of every share of rows."""
+        if kind == "names":
+            return Content(kind, idf=features.inverse_document_frequency(
+                sum(df for df, _ in counts), sum(n for _, n in counts)))
+        if kind == "degree-onehot":
+            return Content(kind, vocab=torch.unique(torch.cat(counts)))
+        return Content(kind)
+
+
+def content_kind(pair: Pair, cfg: Config) -> str:
+    """:func:`feature_kind`, checked: both graphs hold what it reads, vectors of one width."""
+    s, t = pair.source, pair.target
     kind = feature_kind(pair, cfg)
+    for g in (s, t):
+        if kind == "given" and not g.has_features:
+            raise InputError(f"{g.source}: features.kind = 'given' but the graph has no "
+                             "feature vectors")
+        if kind == "names" and not g.has_names:
+            raise InputError(f"{g.source}: features.kind = 'names' but the graph has no names")
+    if kind == "given" and s.feature_width != t.feature_width:
+        raise InputError(f"feature widths differ: {s.source} has {s.feature_width}, "
+                         f"{t.source} has {t.feature_width}")
+    return kind
+
+
+def node_inputs(graph: Graph, kind: str, degrees: torch.Tensor | None = None
+                ) -> list[str] | torch.Tensor:
+    """What :func:`content_rows` turns into ``graph``'s rows: its names or given vectors
+    (read from the input where left there, :attr:`Graph.content`), or its degrees
+    (``degrees``, where the caller has them: a part's nodes have no edges of their own)."""
+    every = np.arange(graph.num_nodes)
     if kind == "given":
-        for g in (s, t):
-            if g.features is None:
-                raise InputError(f"{g.source}: features.kind = 'given' but the graph has "
-                                 "no feature vectors")
-        if s.features.size(1) != t.features.size(1):
-            raise InputError(f"feature widths differ: {s.source} has {s.features.size(1)}, "
-                             f"{t.source} has {t.features.size(1)}")
-        xs = [s.features.float(), t.features.float()]
+        return graph.features if graph.features is not None else graph.content.features(every)
+    if kind == "names":
+        return graph.names if graph.names is not None else graph.content.names(every)
+    return features.degrees(graph) if degrees is None else degrees
+
+
+def content_counts(kind: str, inputs: list[str] | torch.Tensor, cfg: Config) -> Any:
+    """The share of :class:`Content`'s statistics that ``inputs`` (:func:`node_inputs`) hold:
+    for names the document frequency of each n-gram bucket and the number of names, for
+    one-hot degrees the degrees present; ``None`` for the other kinds."""
+    fc = cfg.features
+    if kind == "names":
+        return features.document_frequency(
+            features.ngram_counts(inputs, fc.ngram, fc.ngram_dim)), len(inputs)
+    if kind == "degree-onehot":
+        return torch.unique(inputs)
+    return None
+
+
+def content_rows(content: Content, inputs: list[str] | torch.Tensor, cfg: Config,
+                 where: Callable[[int], str] | None = None) -> torch.Tensor:
+    """The rows of the content channel's ``X`` for ``inputs`` (:func:`node_inputs`), dense
+    and, past ``features.project_dim``, projected. Each row depends only on its own node
+    and ``content``. ``where(i)`` names input ``i`` in the error on a NaN or infinite
+    value and the warning on an all-zero row (:func:`features.validate`)."""
+    fc, kind = cfg.features, content.kind
+    if kind == "given":
+        x = inputs.float()
     elif kind == "names":
-        for g in (s, t):
-            if g.names is None:
-                raise InputError(f"{g.source}: features.kind = 'names' but the graph has no "
-                                 "names")
-        xs = features.char_ngrams([s.names, t.names], fc.ngram, fc.ngram_dim)
+        x = features.tf_idf(features.ngram_counts(inputs, fc.ngram, fc.ngram_dim), content.idf)
         if fc.encoder:  # the sentence vectors are dense: so is their concatenation
-            enc = [features.sentence_vectors(g.names) for g in (s, t)]
-            xs = [torch.cat([torch.nn.functional.normalize(a.to_dense(), dim=-1), b], dim=1)
-                  for a, b in zip(xs, enc)]
+            x = torch.cat([torch.nn.functional.normalize(x.to_dense(), dim=-1),
+                           features.sentence_vectors(inputs)], dim=1)
     elif kind == "degree-onehot":
-        xs = features.degree_onehot([features.degrees(s), features.degrees(t)])
+        x = features.degree_onehot(inputs, content.vocab)
     else:
-        xs = [features.degree_sinusoidal(features.degrees(g), fc.sinusoidal_dim) for g in (s, t)]
-    for x, g in zip(xs, (s, t)):
-        features.validate(x, g)
-    if fc.project_dim and fc.project_dim < xs[0].size(1):
-        xs = features.random_projection(xs, fc.project_dim, cfg.seed)
-    return features.dense(xs[0]), features.dense(xs[1])
+        x = features.degree_sinusoidal(inputs, fc.sinusoidal_dim)
+    features.validate(x, where or (lambda i: f"row {i}"))
+    if fc.project_dim and fc.project_dim < x.size(1):
+        x = features.random_projection([x], fc.project_dim, cfg.seed)[0]
+    return features.dense(x)
+
+
+def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    """``X_s, X_t`` of the content channel (see :func:`feature_kind`): :func:`content_rows`
+    of every node, the statistics of both graphs together."""
+    s, t = pair.source, pair.target
+    kind = content_kind(pair, cfg)
+    inputs = [node_inputs(g, kind) for g in (s, t)]
+    content = Content.of(kind, [content_counts(kind, x, cfg) for x in inputs])
+    return tuple(content_rows(content, x, cfg, features.node_named(g))
+                 for x, g in zip(inputs, (s, t)))
 
 
 def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
@@ -157,20 +233,29 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     kind = feature_kind(pair, cfg)
     if pair.seeds is not None and not kind.startswith("degree"):
         x_s, x_t = features.tie_seeds(x_s, x_t, *(torch.from_numpy(a) for a in pair.seeds))
-    out = [features.Channel(kind, x_s, x_t, cfg.embed)]
-    sc = cfg.structure
-    if has_structure(pair, cfg):
-        if sc.dim < x_s.size(1):
-            x_s, x_t = features.random_projection([x_s, x_t], sc.dim, cfg.seed)
-        spec = replace(cfg.embed, layers=sc.layers, bias=sc.bias, include_input=False,
-                       basic=False)
-        out.append(features.Channel("structure", x_s, x_t, spec, sc.weight))
+    out = content_channels(kind, x_s, x_t, cfg, has_structure(pair, cfg))
     anchored, ac = pair.anchored(), cfg.anchors
     if ac.enabled and anchored is not None:
         a_s, a_t = features.anchors(pair.source.num_nodes, pair.target.num_nodes,
                                     *(torch.from_numpy(a) for a in anchored), ac.dim, cfg.seed)
         spec = replace(cfg.embed, layers=ac.layers, include_input=False, bias=0.0, basic=False)
         out.append(features.Channel("anchors", a_s, a_t, spec, ac.weight))
+    return out
+
+
+def content_channels(kind: str, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config,
+                     structure: bool) -> list[features.Channel]:
+    """The content channel of ``X_s, X_t`` and, with ``structure``, the structure channel:
+    the content projected to ``cfg.structure.dim``, each row alone (so a part of a run on
+    Ray makes its rows of both channels from its rows of the content)."""
+    out = [features.Channel(kind, x_s, x_t, cfg.embed)]
+    sc = cfg.structure
+    if structure:
+        if sc.dim < x_s.size(1):
+            x_s, x_t = features.random_projection([x_s, x_t], sc.dim, cfg.seed)
+        spec = replace(cfg.embed, layers=sc.layers, bias=sc.bias, include_input=False,
+                       basic=False)
+        out.append(features.Channel("structure", x_s, x_t, spec, sc.weight))
     return out
 
 

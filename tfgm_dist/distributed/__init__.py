@@ -1,8 +1,13 @@
 """The pipeline on Ray: partitioned embedding actors, sharded FAISS search, workers that write.
 
-The driver loads the pair and computes the input features. Everything that grows with the
-graphs then runs in Ray workers, and the driver hands them object references, not arrays:
+The driver loads the pair's ids and edges and partitions them. Everything else that grows
+with the graphs runs in Ray workers, and the driver hands them object references, not arrays:
 
+- **features**: without seeds or hints, each part actor reads its own nodes' names or
+  vectors (a Parquet layout's are left in ``nodes.parquet`` until then,
+  :attr:`Graph.content`) and makes its input rows (:class:`~.actors.PartRecipe`); the
+  driver only adds up the parts' n-gram counts for the names' IDF. With seeds the channels are made in the driver, where
+  the held-out passes of :func:`~tfgm_dist.auto.prepare` ran on the whole pair.
 - **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
   ``p`` holds part ``p``'s row blocks of both operators and, layer by layer, computes its rows
   of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
@@ -47,20 +52,22 @@ import ray
 
 import torch
 
-from .. import checkpoint, estimate, metrics, write
+from .. import checkpoint, estimate, features, metrics, write
 from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
 from ..config import Config, EmbedConfig
 from ..embed import LayerParams, layer_params
 from ..errors import InputError
 from ..features import Channel
+from ..graph import Graph
 from ..partition import Partition, partition
-from ..pipeline import (NO_GOLD_ASKED, Pair, Plan, channels, consensus_psi, operators, plan, scale,
+from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, channels, consensus_psi,
+                        content_channels, content_kind, has_structure, operators, plan, scale,
                         search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
-from .actors import (RESTARTS, LostState, PartWorker, ShardedIndex, finish,
-                     gathered_embedding, usage_of, write_part)
+from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex, finish,
+                     gathered_embedding, part_counts, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import graph_parts
 
@@ -86,6 +93,18 @@ def _cause(error: Exception) -> Exception:
             and error.cause is not error:
         error = error.cause
     return error
+
+
+def _got(refs: list[ray.ObjectRef]) -> list:
+    """``ray.get(refs)``, a task's :class:`InputError` raised as itself (a bad value the
+    input's parts found as they read it), not inside Ray's error."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        cause = _cause(e)
+        if isinstance(cause, InputError):
+            raise cause from None
+        raise
 
 
 def _flat(per_part: list[list]) -> list:
@@ -191,9 +210,6 @@ class Run:
 
         The decided matches are also kept in ``resume`` until the output is committed."""
         pair, cfg, P = self.pair, self.cfg, self.P
-        with self.watch.stage("features"):
-            chans = channels(pair, cfg)
-            ch = [[c.x_s for c in chans], [c.x_t for c in chans]]
         with self.watch.stage("partition"):
             # both graphs at once, and the operators meanwhile: METIS runs in a child process
             # per graph (the 1M pair at P = 2: 17.9 s one after the other, 12.5 s so)
@@ -203,8 +219,7 @@ class Run:
                        for g in (pair.source, pair.target)]
                 ops = operators(pair, cfg)
                 self.parting = [c.result() for c in cut]
-            per_graph = [graph_parts(op, xs, parting)
-                         for op, xs, parting in zip(ops, ch, self.parting)]
+            per_graph = [graph_parts(op, parting) for op, parting in zip(ops, self.parting)]
             self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
             # Held for the run: a restarted actor is rebuilt from these objects.
             self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
@@ -215,6 +230,8 @@ class Run:
             # for the finishing task's refinement: built here once, not again there
             self.ops = None if self.on_parts else ray.put(ops)
             del per_graph, ops
+        with self.watch.stage("features"):
+            chans, self.inputs = self._inputs()
         self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
         specs = [c.embed for c in chans]
         params = [layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans]
@@ -222,7 +239,7 @@ class Run:
             specs.append(consensus_psi(cfg))
             params.append(layer_params(specs[-1], cfg.refine.dim))
         actors = dict(specs=specs, params=params, memory=self._actor_memory(chans))
-        del chans, ch
+        del chans
         for attempt in range(1, RESTARTS + 2):
             try:
                 metrics, pieces = self._decide(resume, **actors)
@@ -246,15 +263,53 @@ class Run:
         self.usage += [u for _, u in written]
         return metrics, [entry for entry, _ in written]
 
+    def _inputs(self) -> tuple[list[Channel], list[list[ray.ObjectRef]]]:
+        """The channels (their widths and settings) and, per graph and part, the part's rows
+        of every channel's input or the :class:`~.actors.PartRecipe` its actor makes them by.
+
+        Without seeds or hints, each part actor makes its own rows from its own nodes (a
+        Parquet layout's names and vectors are read there, :attr:`Graph.content`): the
+        driver only adds up the parts' n-gram or degree counts
+        (:class:`~tfgm_dist.pipeline.Content`) and makes one node's row, for the width; it
+        never holds every name, vector or input row. Seeds and hints tie rows across the
+        graphs and make the anchors: those channels are made here, where the held-out
+        passes of :func:`~tfgm_dist.auto.prepare` have read the content already."""
+        pair, cfg, P = self.pair, self.cfg, self.P
+        graphs, nodes = (pair.source, pair.target), [[pt.nodes(p) for p in range(P)]
+                                                     for pt in self.parting]
+        if pair.anchored() is not None:
+            chans = channels(pair, cfg)
+            return chans, [[ray.put([(c.x_s, c.x_t)[g][torch.from_numpy(at)].numpy()
+                                     for c in chans]) for at in nodes[g]] for g in (0, 1)]
+        kind, structure = content_kind(pair, cfg), has_structure(pair, cfg)
+        degrees = [features.degrees(g) if kind.startswith("degree") else None for g in graphs]
+
+        def cut(g: int, at: np.ndarray) -> tuple[Graph, torch.Tensor | None]:
+            return (graphs[g].of_nodes(at),
+                    None if degrees[g] is None else degrees[g][torch.from_numpy(at)])
+
+        count = part_counts.options(num_cpus=self.actor_cpus)
+        counts = (_got([count.remote(*cut(g, at), kind, cfg, self.actor_cpus)
+                        for g in (0, 1) for at in nodes[g]])
+                  if kind in ("names", "degree-onehot") else [])
+        content = Content.of(kind, counts)
+        one, deg = cut(0, nodes[0][0][:1])
+        width = PartRecipe(one, content, cfg, False, deg).rows()[0].shape[1]
+        none = torch.zeros(0, width)
+        return (content_channels(kind, none, none, cfg, structure),
+                [[ray.put(PartRecipe(part, content, cfg, structure, deg))
+                  for part, deg in (cut(g, at) for at in nodes[g])] for g in (0, 1)])
+
     def _decide(self, resume: write.Location, specs: list[EmbedConfig],
                 params: list[list[LayerParams]], memory: int
                 ) -> tuple[dict, list[ray.ObjectRef]]:
         """embed, search, refine and assign; the metrics and the decided source parts."""
         cfg, P = self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
-            p, self.part_refs[p], specs, params, self.actor_cpus, self.device)
-            for p in range(P)]
+            p, self.part_refs[p], self.inputs[0][p], self.inputs[1][p], specs, params,
+            self.actor_cpus, self.device) for p in range(P)]
         try:
+            ray.get([w.ready.remote() for w in self.workers])
             with self.watch.stage("embed"):
                 blocks: list[ray.ObjectRef] = []
                 emb = [self._embed(g, blocks) for g in (0, 1)]

@@ -24,7 +24,11 @@ from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
 from ..embed import LayerParams, Operator, layer
 from ..partition import Partition
-from ..pipeline import Pair, Plan, Result, Scored, conclude, evaluate, refined
+from ..errors import InputError
+from ..features import node_named
+from ..graph import Graph
+from ..pipeline import (Content, Pair, Plan, Result, Scored, conclude, content_channels,
+                        content_counts, content_rows, evaluate, node_inputs, refined)
 from ..refine import list_width
 from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
                       probe, search, set_nprobe, trained_index, trained_on)
@@ -156,15 +160,49 @@ def _unwired(message: tuple[np.ndarray, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(torch.tensor(a) for a in message)
 
 
+@dataclass(frozen=True)
+class PartRecipe:
+    """How a part actor makes its own rows of every channel's input (:meth:`rows`): from
+    its nodes alone (``part``, :meth:`Graph.of_nodes`: their names or vectors, a Parquet
+    layout's read there), the pair-wide :class:`~tfgm_dist.pipeline.Content`, and where the
+    content is structure their ``degrees``. No process then holds every node's names,
+    vectors or input rows."""
+
+    part: Graph
+    content: Content
+    cfg: Config
+    structure: bool
+    degrees: torch.Tensor | None = None
+
+    def rows(self) -> list[np.ndarray]:
+        """:func:`~tfgm_dist.pipeline.content_rows`, then
+        :func:`~tfgm_dist.pipeline.content_channels`, of the part's nodes."""
+        kind = self.content.kind
+        x = content_rows(self.content, node_inputs(self.part, kind, self.degrees), self.cfg,
+                         node_named(self.part))
+        return [c.x_s.numpy() for c in content_channels(kind, x, x[:0], self.cfg,
+                                                        self.structure)]
+
+
 @ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS)
 class PartWorker(AuctionSide):
     """Part ``p`` of both graphs: its embedding rows, layer by layer, its FAISS shard, and
     its side of the one-to-one auction."""
 
-    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart], specs: list[EmbedConfig],
-                 params: list[list[LayerParams]], num_cpus: float, device: str) -> None:
+    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart],
+                 inputs_s: list[np.ndarray] | PartRecipe, inputs_t: list[np.ndarray] | PartRecipe,
+                 specs: list[EmbedConfig], params: list[list[LayerParams]], num_cpus: float,
+                 device: str) -> None:
         self.threads = _threads(num_cpus)
         self.p, self.parts, self.specs, self.device = p, parts, specs, device
+        # per graph, per channel: the part's rows of X, made here from a recipe (a restarted
+        # actor makes them again); a bad value found doing so is told by ready()
+        self.inputs, self.failed = ([], []), None
+        try:
+            self.inputs = tuple(x.rows() if isinstance(x, PartRecipe) else x
+                                for x in (inputs_s, inputs_t))
+        except InputError as e:
+            self.failed = e
         self.params = [[LayerParams(*(None if t is None else t.to(device)
                                       for t in (q.weight, q.bias))) for q in channel]
                        for channel in params]
@@ -175,6 +213,12 @@ class PartWorker(AuctionSide):
         self.refined_lists: list[Candidates | None] = [None, None]  # per direction, refined
         super().__init__(f"part {p}")
 
+    def ready(self) -> None:
+        """Raise the :class:`InputError` met making the input rows, if any (an actor whose
+        constructor raised would only say that it died)."""
+        if self.failed is not None:
+            raise self.failed
+
     def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
         """A layer's result: the part's rows, then the slice for each consumer if ``send``
         (the call is made with one return per item)."""
@@ -184,7 +228,7 @@ class PartWorker(AuctionSide):
 
     def first(self, send: bool, g: int, c: int) -> Any:
         """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
-        rows = F.normalize(torch.from_numpy(self.parts[g].inputs[c]).float(), dim=-1).numpy()
+        rows = F.normalize(torch.from_numpy(self.inputs[g][c]).float(), dim=-1).numpy()
         return self._out(g, rows, send)
 
     def layer(self, send: bool, g: int, c: int, l: int, own: np.ndarray, *needed: np.ndarray
@@ -536,6 +580,15 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
             ) -> Candidates:
     """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""
     return _listed(lists).scatter_rows(torch.from_numpy(np.concatenate(rows)), n)
+
+
+@ray.remote(max_retries=RESTARTS)
+def part_counts(part: Graph, degrees: torch.Tensor | None, kind: str, cfg: Config,
+                num_cpus: float) -> Any:
+    """The :func:`~tfgm_dist.pipeline.content_counts` of the nodes of one part (``part``,
+    :meth:`Graph.of_nodes`; ``degrees`` theirs), read here where they are deferred."""
+    _threads(num_cpus)
+    return content_counts(kind, node_inputs(part, kind, degrees=degrees), cfg)
 
 
 @ray.remote(max_retries=RESTARTS)

@@ -21,16 +21,15 @@ class GraphPart:
     """
 
     block: RowBlock  # the part's rows of the operator, columns = its halo
-    inputs: list[np.ndarray]  # per channel, the part's rows of X, [n_p, d]
     needs: list[int]  # other parts holding halo rows, in the order their slices are passed
     gather: np.ndarray  # halo rows within [own rows; the needed parts' slices]
     consumers: list[int]  # other parts whose halo holds some of this part's rows
     sends: list[np.ndarray]  # per consumer, the rows of this part it needs (its slice)
 
 
-def graph_parts(op, xs: list[torch.Tensor], parting: Partition) -> list[GraphPart]:
-    """Each part's :class:`GraphPart` of one graph: its row block, inputs, and the halo rows
-    it exchanges with the other parts."""
+def graph_parts(op, parting: Partition) -> list[GraphPart]:
+    """Each part's :class:`GraphPart` of one graph: its row block and the halo rows it
+    exchanges with the other parts (its input rows travel apart: a part may make them)."""
     P = parting.num_parts
     blocks = [row_block(op, torch.from_numpy(parting.nodes(p))) for p in range(P)]
     halos = [b.halo.numpy() for b in blocks]
@@ -48,6 +47,5 @@ def graph_parts(op, xs: list[torch.Tensor], parting: Partition) -> list[GraphPar
             gather[mine] = offset + np.arange(int(mine.sum()))
             offset += int(mine.sum())
         sends = [parting.position[halos[c][owner[c] == p]] for c in consumers[p]]
-        parts.append(GraphPart(blocks[p], [x[blocks[p].nodes].numpy() for x in xs], needs[p],
-                               gather, consumers[p], sends))
+        parts.append(GraphPart(blocks[p], needs[p], gather, consumers[p], sends))
     return parts

@@ -32,18 +32,21 @@ __all__ = ["DELTA_LOG", "fetch", "graph_from_tables", "is_delta", "load_graph", 
            "load_labels", "load_pairs", "pairs_from_table"]
 
 
-def load_graph(path: str | Path, fmt: str | None = None, columns: str = "") -> Graph:
+def load_graph(path: str | Path, fmt: str | None = None, columns: str = "",
+               deferred: bool = False) -> Graph:
     """Load a graph file or Parquet directory, choosing the format from ``fmt`` or the path.
 
     A directory is the Parquet layout, ``.gw`` is LEDA, a name holding ``triples`` is
     knowledge-graph triples, and the usual edge-list extensions (or none) are edge lists.
     ``columns`` names the Parquet layout's columns where they differ from its own
     (:func:`~tfgm_dist.config.column_names`); text formats are read by position.
+    ``deferred`` leaves the Parquet layout's node names and vectors in ``nodes.parquet``
+    (:attr:`Graph.content`) for the parts of a run on Ray to read.
     """
     path = Path(path)
     fmt = guess_format(path) if fmt is None else fmt
     if fmt == "parquet":
-        return load_parquet_dir(path, column_names(columns))
+        return load_parquet_dir(path, column_names(columns), deferred)
     loaders = {"edgelist": load_edge_list, "triples": load_triples, "gw": load_leda}
     if fmt not in loaders:
         raise InputError(f"{path}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

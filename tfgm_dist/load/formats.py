@@ -15,8 +15,9 @@ from ..errors import InputError
 from ..graph import Graph
 from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_column, infer_ids,
                   node_numbers, weights_of)
-from .tables import (edge_columns, is_delta, no_nulls, node_features, node_names, parquet_dataset,
-                     read_nodes, read_table, read_text, read_text_rows, reading, record_batches)
+from .tables import (NodeContent, edge_columns, is_delta, no_nulls, node_content, node_features,
+                     node_names, parquet_dataset, read_nodes, read_table, read_text,
+                     read_text_rows, reading, record_batches)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def load_leda(path: Path) -> Graph:
     return build_graph(ids, ends[:, 0] - 1, ends[:, 1] - 1, str(path))
 
 
-def load_parquet_dir(path: Path, names: dict[str, str]) -> Graph:
+def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) -> Graph:
     """``edges.parquet`` (``src``, ``dst``, optional ``weight``), optional ``nodes.parquet``.
 
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
@@ -123,22 +124,29 @@ def load_parquet_dir(path: Path, names: dict[str, str]) -> Graph:
     one row group at a time so that large files stream. Either may be a folder of part files,
     as Spark and Hive write them, or a Delta table (:func:`parquet_dataset`); ``path`` itself may be
     a Delta table of edges. ``names`` maps the layout's column names to the user's
-    (:func:`~tfgm_dist.config.column_names`).
+    (:func:`~tfgm_dist.config.column_names`). ``deferred``: the nodes' names and vectors are
+    left in the file (:attr:`Graph.content`), their types checked, for the parts of a run to
+    read.
     """
     if not path.is_dir():
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
     nodes_path = path / "nodes.parquet"
-    nodes = read_nodes(nodes_path, names) if nodes_path.exists() else None
+    nodes = (read_nodes(nodes_path, names, ["id"] if deferred else None)
+             if nodes_path.exists() else None)
     edges_path = path if is_delta(path) else path / "edges.parquet"  # a Delta table of edges
     edges = parquet_dataset(edges_path)
     columns = edge_columns(edges.schema.names, edges_path, names)
+    content = (node_content(nodes_path, names, nodes.num_rows)
+               if deferred and nodes is not None else None)
     return layout_graph(record_batches(edges, edges_path, columns), columns, edges_path, nodes,
-                        nodes_path, str(path))
+                        nodes_path, str(path), content)
 
 
 def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_path: Path,
-                 nodes: pa.Table | None, nodes_path: Path, source: str) -> Graph:
-    """The graph of the Parquet layout's edge batches and checked node table."""
+                 nodes: pa.Table | None, nodes_path: Path, source: str,
+                 content: NodeContent | None = None) -> Graph:
+    """The graph of the Parquet layout's edge batches and checked node table, its names and
+    vectors read from the table or left in ``content``."""
     node_ids = None if nodes is None else nodes.column("id").combine_chunks()
     src_parts, dst_parts, weight_parts, offset = [], [], [], 0
     for batch in batches:
@@ -162,8 +170,9 @@ def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_pa
     rows = Rows(edges_path, [src, dst])
     return build_graph(node_ids, codes_in(rows, 0, node_ids, nodes_path),
                        codes_in(rows, 1, node_ids, nodes_path), source, weight=weight,
-                       names=node_names(nodes, nodes_path),
-                       features=node_features(nodes, nodes_path))
+                       names=None if content else node_names(nodes, nodes_path),
+                       features=None if content else node_features(nodes, nodes_path),
+                       content=content)
 
 
 def file_labels(path: Path, graph: Graph) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import numpy as np
@@ -13,6 +14,9 @@ import torch
 
 from ..errors import InputError
 from ..graph import Graph
+
+if TYPE_CHECKING:  # tables imports this module
+    from .tables import NodeContent
 
 
 @dataclass(frozen=True)
@@ -186,7 +190,7 @@ def uri_names(uris: pa.Array) -> list[str] | None:
 def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
                 weight: np.ndarray | None = None, names: list[str] | None = None,
                 features: torch.Tensor | None = None, stats: dict[str, int] | None = None,
-                uris: pa.Array | None = None) -> Graph:
+                uris: pa.Array | None = None, content: NodeContent | None = None) -> Graph:
     """The canonical Graph, without self-loops and repeated (src, dst) edges, which it counts.
 
     Of repeated edges the first is kept, with its weight; direction is kept as given. Without
@@ -201,7 +205,7 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
     keys = src[candidates] * len(ids) + dst[candidates]
     _, first = np.unique(keys, return_index=True)
     kept = candidates[np.sort(first)]
-    from_ids = names is None and features is None
+    from_ids = names is None and features is None and content is None
     if from_ids:
         names = uri_names(ids if uris is None else uris)
         from_ids = names is not None
@@ -213,6 +217,7 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
         features=features,
         source=source,
         names_from_ids=from_ids,
+        content=content,
         stats={"input_edges": len(src), "self_loops": int(loops.sum()),
                "duplicate_edges": len(candidates) - len(first), **(stats or {})},
     )

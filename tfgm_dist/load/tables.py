@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -204,13 +205,109 @@ def edge_columns(present: list[str], path: Path, names: dict[str, str]) -> list[
     return wanted + ([names["weight"]] if names["weight"] in present else [])
 
 
-def read_nodes(path: Path, names: dict[str, str]) -> pa.Table:
-    """``nodes.parquet``, its columns given the layout's names, checked by :func:`node_table`."""
-    with reading(path):
-        table = parquet_dataset(path).to_table()
+def read_nodes(path: Path, names: dict[str, str], columns: list[str] | None = None
+               ) -> pa.Table:
+    """``nodes.parquet``, its columns given the layout's names, checked by :func:`node_table`;
+    with ``columns`` (the layout's names) only those, where the file has them."""
+    data = parquet_dataset(path)
     layout = {name: column for column, name in names.items()}
+    if columns is not None:
+        columns = [names[c] for c in columns if names[c] in data.schema.names]
+    with reading(path):
+        table = data.to_table(columns=columns)
     return node_table(table.rename_columns([layout.get(c, c) for c in table.column_names]),
                       path)
+
+
+@dataclass(frozen=True)
+class NodeContent:
+    """The names and vectors of a Parquet layout's nodes, left in ``nodes.parquet``: a run
+    on Ray has each part read its own nodes' rows on its workers, so that no process holds
+    them all (a million 128-wide vectors: 0.5 GiB per graph, 1 GiB more while read whole).
+
+    ``rows[i]`` is the file row of node number ``i``. Read rows are checked as a whole load
+    checks them (:func:`node_names`, :func:`node_features`), each error naming the node."""
+
+    path: Path
+    columns: dict[str, str]  # the layout's "id", "name", "features" -> the user's column
+    rows: np.ndarray
+    width: int = 0  # the vectors' width (the first row's), 0 without vectors
+
+    @property
+    def has_names(self) -> bool:
+        return "name" in self.columns
+
+    @property
+    def has_features(self) -> bool:
+        return "features" in self.columns
+
+    def names(self, nodes: np.ndarray) -> list[str]:
+        """The names of node numbers ``nodes``, in their order."""
+        return node_names(self._read(nodes, "name"), self.path)
+
+    def features(self, nodes: np.ndarray) -> torch.Tensor:
+        """The ``[len(nodes), width]`` vectors of node numbers ``nodes``, in their order."""
+        x = node_features(self._read(nodes, "features"), self.path)
+        if x.size(0) and x.size(1) != self.width:
+            raise InputError(f"{self.path}: node {self.ids(nodes[:1])[0]!r} has {x.size(1)} "
+                             f"features, the first node of the file {self.width}")
+        return x if x.size(0) else torch.zeros(0, self.width)
+
+    def ids(self, nodes: np.ndarray) -> list:
+        return self._read(nodes, None).column("id").to_pylist()
+
+    def _read(self, nodes: np.ndarray, column: str | None) -> pa.Table:
+        """The ``id`` and ``column`` of ``nodes``' rows, streamed a row group at a time."""
+        wanted = self.rows[np.asarray(nodes, dtype=np.int64)]
+        order = np.argsort(wanted, kind="stable")
+        wanted = wanted[order]
+        names = [self.columns["id"]] + ([] if column is None else [self.columns[column]])
+        picked, offset = [], 0
+        for batch in (record_batches(parquet_dataset(self.path), self.path, names)
+                      if wanted.size else []):
+            lo, hi = np.searchsorted(wanted, [offset, offset + batch.num_rows])
+            if hi > lo:
+                picked.append(batch.take(pa.array(wanted[lo:hi] - offset)))
+            offset += batch.num_rows
+            if hi == wanted.size:  # the rest of the file holds none of them
+                break
+        table = (pa.Table.from_batches(picked) if picked else
+                 parquet_dataset(self.path).schema.empty_table().select(names))
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size)
+        return table.take(pa.array(inverse)).rename_columns(["id"] + ([] if column is None
+                                                                      else [column]))
+
+
+def node_content(path: Path, names: dict[str, str], num_nodes: int) -> NodeContent | None:
+    """The :class:`NodeContent` of ``nodes.parquet`` (``None`` without names or vectors):
+    the column types checked now, the values when each part reads them."""
+    data = parquet_dataset(path)
+    schema = data.schema
+    columns = {c: names[c] for c in ("name", "features") if names[c] in schema.names}
+    if not columns:
+        return None
+    columns["id"] = names["id"]
+    if "name" in columns:
+        _check_names_type(schema.field(columns["name"]).type, path)
+    width = 0
+    if "features" in columns:
+        _check_features_type(schema.field(columns["features"]).type, path)
+        with reading(path):
+            first = data.head(1, columns=[columns["features"]]).column(0)
+        width = int(pc.list_value_length(first)[0].as_py() or 0) if len(first) else 0
+    return NodeContent(path, columns, np.arange(num_nodes, dtype=np.int64), width)
+
+
+def _check_names_type(t: pa.DataType, path: Path) -> None:
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise InputError(f"{path}: column name has type {t}, expected string")
+
+
+def _check_features_type(t: pa.DataType, path: Path) -> None:
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
+            or not (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):
+        raise InputError(f"{path}: column features has type {t}, expected a list of numbers")
 
 
 def node_table(table: pa.Table, path: Path) -> pa.Table:
@@ -227,8 +324,7 @@ def node_names(nodes: pa.Table, path: Path) -> list[str] | None:
     if "name" not in nodes.column_names:
         return None
     names = nodes.column("name").combine_chunks()
-    if not (pa.types.is_string(names.type) or pa.types.is_large_string(names.type)):
-        raise InputError(f"{path}: column name has type {names.type}, expected string")
+    _check_names_type(names.type, path)
     _no_nulls_by_id(names, nodes, path, "name")
     return names.to_pylist()
 
@@ -238,12 +334,7 @@ def node_features(nodes: pa.Table, path: Path) -> torch.Tensor | None:
     if "features" not in nodes.column_names:
         return None
     features = nodes.column("features").combine_chunks()
-    if not (pa.types.is_list(features.type) or pa.types.is_large_list(features.type)
-            or pa.types.is_fixed_size_list(features.type)) \
-            or not (pa.types.is_floating(features.type.value_type)
-                    or pa.types.is_integer(features.type.value_type)):
-        raise InputError(f"{path}: column features has type {features.type}, "
-                         f"expected a list of numbers")
+    _check_features_type(features.type, path)
     _no_nulls_by_id(features, nodes, path, "features")
     widths = pc.list_value_length(features).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(widths != widths[0]) if len(widths) else []
