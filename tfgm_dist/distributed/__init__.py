@@ -217,19 +217,23 @@ class Run:
                 cut = [pool.submit(partition, g.edge_index, g.num_nodes, P, seed=cfg.seed,
                                    method=cfg.ray.partitioner)
                        for g in (pair.source, pair.target)]
-                ops = operators(pair, cfg)
+                ops = list(operators(pair, cfg))
                 self.parting = [c.result() for c in cut]
-            per_graph = [graph_parts(op, parting) for op, parting in zip(ops, self.parting)]
-            self.exchange = [[(gp.needs, gp.consumers) for gp in parts] for parts in per_graph]
-            # Held for the run: a restarted actor is rebuilt from these objects.
-            self.part_refs = [ray.put((per_graph[0][p], per_graph[1][p])) for p in range(P)]
             self.plan = plan(pair, cfg)
             self.dense = dense_assignment(cfg.assign, self.plan.rows.size,
                                           self.plan.targets.size)
             self.on_parts = self._on_parts(self.plan)
             # for the finishing task's refinement: built here once, not again there
-            self.ops = None if self.on_parts else ray.put(ops)
-            del per_graph, ops
+            self.ops = None if self.on_parts else ray.put(tuple(ops))
+            # Held for the run: a restarted actor is rebuilt from these objects. One graph's
+            # parts at a time: the driver holds one copy of its row blocks, not both.
+            self.exchange, self.part_refs = [], []
+            for g in (0, 1):
+                parts = graph_parts(ops[g], self.parting[g])
+                ops[g] = None
+                self.exchange.append([(gp.needs, gp.consumers) for gp in parts])
+                self.part_refs.append([ray.put(gp) for gp in parts])
+                del parts
         with self.watch.stage("features"):
             chans, self.inputs = self._inputs()
         self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
@@ -306,8 +310,8 @@ class Run:
         """embed, search, refine and assign; the metrics and the decided source parts."""
         cfg, P = self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
-            p, self.part_refs[p], self.inputs[0][p], self.inputs[1][p], specs, params,
-            self.actor_cpus, self.device) for p in range(P)]
+            p, self.part_refs[0][p], self.part_refs[1][p], self.inputs[0][p], self.inputs[1][p],
+            specs, params, self.actor_cpus, self.device) for p in range(P)]
         try:
             ray.get([w.ready.remote() for w in self.workers])
             with self.watch.stage("embed"):

@@ -12,6 +12,7 @@ from typing import Any
 
 import faiss
 import numpy as np
+import pyarrow as pa
 import ray
 import torch
 import torch.nn.functional as F
@@ -189,12 +190,12 @@ class PartWorker(AuctionSide):
     """Part ``p`` of both graphs: its embedding rows, layer by layer, its FAISS shard, and
     its side of the one-to-one auction."""
 
-    def __init__(self, p: int, parts: tuple[GraphPart, GraphPart],
+    def __init__(self, p: int, part_s: GraphPart, part_t: GraphPart,
                  inputs_s: list[np.ndarray] | PartRecipe, inputs_t: list[np.ndarray] | PartRecipe,
                  specs: list[EmbedConfig], params: list[list[LayerParams]], num_cpus: float,
                  device: str) -> None:
         self.threads = _threads(num_cpus)
-        self.p, self.parts, self.specs, self.device = p, parts, specs, device
+        self.p, self.parts, self.specs, self.device = p, (part_s, part_t), specs, device
         # per graph, per channel: the part's rows of X, made here from a recipe (a restarted
         # actor makes them again); a bad value found doing so is told by ready()
         self.inputs, self.failed = ([], []), None
@@ -203,10 +204,11 @@ class PartWorker(AuctionSide):
                                 for x in (inputs_s, inputs_t))
         except InputError as e:
             self.failed = e
+        pa.default_memory_pool().release_unused()  # what reading left (0.27 of 1.27 GiB)
         self.params = [[LayerParams(*(None if t is None else t.to(device)
                                       for t in (q.weight, q.bias))) for q in channel]
                        for channel in params]
-        self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in parts]
+        self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in self.parts]
         self.shard = SearchShard()
         self.P = 1  # parts of the run, told by :meth:`consensus`
         self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
