@@ -17,7 +17,7 @@ from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_colum
                   node_numbers, weights_of)
 from .tables import (NodeContent, edge_columns, is_delta, no_nulls, node_content, node_features,
                      node_names, parquet_dataset, read_nodes, read_table, read_text,
-                     read_text_rows, reading, record_batches)
+                     read_text_rows, reading, streamed_batches)
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
 
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
     listed there; without it nodes are numbered in order of first appearance. Edges are read
-    one row group at a time so that large files stream. Either may be a folder of part files,
+    a batch at a time (:func:`streamed_batches`), so that large files stream. Either may be a folder of part files,
     as Spark and Hive write them, or a Delta table (:func:`parquet_dataset`); ``path`` itself may be
     a Delta table of edges. ``names`` maps the layout's column names to the user's
     (:func:`~tfgm_dist.config.column_names`). ``deferred``: the nodes' names and vectors are
@@ -138,7 +138,7 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
     columns = edge_columns(edges.schema.names, edges_path, names)
     content = (node_content(nodes_path, names, nodes.num_rows)
                if deferred and nodes is not None else None)
-    return layout_graph(record_batches(edges, edges_path, columns), columns, edges_path, nodes,
+    return layout_graph(streamed_batches(edges_path, columns), columns, edges_path, nodes,
                         nodes_path, str(path), content)
 
 

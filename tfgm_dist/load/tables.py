@@ -184,18 +184,6 @@ def reading(path: Path) -> Iterator[None]:
         raise InputError(f"{path}: not a readable Parquet file ({one_line(e)})") from None
 
 
-def record_batches(data: ds.Dataset, path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
-    """``data``'s record batches in file order, a row group's worth at a time, read under
-    :func:`reading`."""
-    batches = iter(data.to_batches(columns=columns))
-    while True:
-        with reading(path):
-            batch = next(batches, None)
-        if batch is None:
-            return
-        yield batch
-
-
 # Rows a streamed batch holds, and the bytes read from a file at a time. Reading 20,000 rows
 # spread over a one-row-group file of 1M 128-wide vectors (489 MiB) peaked at 1.61 GiB through
 # the dataset scanner (the column chunk pre-buffered whole), 0.90 GiB unbuffered, 0.41 GiB
