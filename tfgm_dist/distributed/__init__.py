@@ -286,6 +286,8 @@ class Run:
             return chans, [[ray.put([(c.x_s, c.x_t)[g][torch.from_numpy(at)].numpy()
                                      for c in chans]) for at in nodes[g]] for g in (0, 1)]
         kind, structure = content_kind(pair, cfg), has_structure(pair, cfg)
+        log.info("features: each of the %d parts makes its %s rows from its own nodes", P,
+                 kind)
         degrees = [features.degrees(g) if kind.startswith("degree") else None for g in graphs]
 
         def cut(g: int, at: np.ndarray) -> tuple[Graph, torch.Tensor | None]:
