@@ -191,7 +191,18 @@ def named(data: dict[str, Path], rng: np.random.Generator) -> None:
         pq.write_table(pa.table({"id": ids, "name": [name_of(i) for i in ids]}), path)
 
 
-@pytest.mark.parametrize("content", ["names", "vectors"])
+def as_part_files(nodes: Path) -> None:
+    """``nodes`` rewritten as Spark writes a table: a folder of part files, small row groups."""
+    table = pq.read_table(nodes)
+    nodes.unlink()
+    nodes.mkdir()
+    for i, start in enumerate(range(0, table.num_rows, 300)):
+        pq.write_table(table.slice(start, 300), nodes / f"part-{i:05d}-c000.snappy.parquet",
+                       row_group_size=64)
+    (nodes / "_SUCCESS").write_text("")
+
+
+@pytest.mark.parametrize("content", ["names", "vectors", "vectors in part files"])
 def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster, tmp_path,
                                                                        monkeypatch, content):
     """Without seeds or bootstrapping (whose passes run in the driver) each part reads its
@@ -202,6 +213,9 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
     data = write_pair(tmp_path / "data", 800, seed=7, feature_noise=2.0)
     if content == "names":
         named(data, np.random.default_rng(0))
+    if content == "vectors in part files":
+        for side in ("source", "target"):
+            as_part_files(data[side] / "nodes.parquet")
     paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
     base = from_toml("""
         [search]
