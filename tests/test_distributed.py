@@ -14,7 +14,7 @@ import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import graph_parts
-from tfgm_dist.embed import graph_operator
+from tfgm_dist.embed import graph_operator, row_block
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 from tfgm_dist.job import OnRay, run_job
@@ -59,23 +59,38 @@ def test_partition_covers_every_node_once_in_non_empty_parts():
         assert pt.cut_edges(torch.stack([src, dst])) < 3000
 
 
+@pytest.mark.parametrize("operator", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("self_loops", [True, False])
 @pytest.mark.parametrize("parts", [1, 3])
-def test_each_part_receives_exactly_its_halo_rows_from_the_others(parts):
+def test_each_part_builds_its_rows_and_receives_exactly_its_halo_rows(parts, self_loops,
+                                                                      operator):
+    """A part's rows of the operator, built from the edges that touch it, are those cut from
+    the whole graph's operator, bit for bit (weighted, with repeated and reversed edges and
+    a given self-loop); a part receives from the others exactly the rows of its halo."""
     n = 400
     gen = torch.Generator().manual_seed(4)
-    op = graph_operator(torch.randint(0, n, (2, 1600), generator=gen), n)
+    edges = torch.randint(0, n, (2, 1600), generator=gen)
+    edges = torch.cat([edges, edges[:, :50].flip(0), torch.tensor([[7], [7]])], 1)
+    weight = torch.rand(edges.size(1), generator=gen)
+    op = graph_operator(edges, n, operator, self_loops=self_loops, edge_weight=weight)
     x = torch.randn(n, 5, generator=gen)
-    parting = partition(op.edge_index, n, parts, seed=0)
-    plan = graph_parts(op, parting)
+    parting = partition(edges, n, parts, seed=0)
+    plan = graph_parts(edges, n, parting, operator, self_loops, weight)
     sent = 0
     for p, gp in enumerate(plan):
+        built, cut = gp.block(), row_block(op, torch.from_numpy(parting.nodes(p)))
+        assert torch.equal(built.halo, cut.halo) and torch.equal(built.nodes, cut.nodes)
+        for a, b in zip((built.adj.crow_indices(), built.adj.col_indices(), built.adj.values()),
+                        (cut.adj.crow_indices(), cut.adj.col_indices(), cut.adj.values())):
+            assert torch.equal(a, b)
         own = x[parting.nodes(p)].numpy()
         slices = [plan[q].sends[plan[q].consumers.index(p)] for q in gp.needs]
         received = [x[parting.nodes(q)].numpy()[r] for q, r in zip(gp.needs, slices)]
         rows = np.concatenate([own, *received])[gp.gather]
-        np.testing.assert_array_equal(rows, x[gp.block.halo].numpy())  # the halo, in order
-        outside = int((parting.part[gp.block.halo.numpy()] != p).sum())
+        np.testing.assert_array_equal(rows, x[gp.halo].numpy())  # the halo, in order
+        outside = int((parting.part[gp.halo] != p).sum())
         assert sum(r.size for r in slices) == outside  # only halo rows cross, never more
+        assert gp.edges.size(1) < edges.size(1) or parts == 1  # only the edges that touch it
         sent += outside
     assert (sent == 0) == (parts == 1)
 

@@ -49,7 +49,8 @@ class Operator:
 
 def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", *,
                    self_loops: bool = True, directed: bool = False,
-                   edge_weight: torch.Tensor | None = None) -> Operator:
+                   edge_weight: torch.Tensor | None = None,
+                   degrees: torch.Tensor | None = None) -> Operator:
     """Build :math:`\\hat{A}` from an edge list.
 
     ``sum``: :math:`\\tilde{A}`; ``mean`` (GraphSAGE): :math:`\\tilde{D}^{-1}\\tilde{A}`;
@@ -85,11 +86,17 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     src, dst = key // num_nodes, key % num_nodes
     if kind == "mean":
         w = w / torch.bincount(dst, minlength=num_nodes).clamp(min=1)[dst].to(w.dtype)
-    elif kind == "gcn":
-        inv_sqrt = torch.zeros(num_nodes, dtype=w.dtype).index_add_(0, dst, w).pow(-0.5)
+    elif kind == "gcn":  # ``degrees``: given where only some nodes' edges are (a part's)
+        inv_sqrt = (weighted_degrees(dst, w, num_nodes) if degrees is None else degrees
+                    ).pow(-0.5)
         inv_sqrt = inv_sqrt.masked_fill(torch.isinf(inv_sqrt), 0.0)
         w = inv_sqrt[src] * w * inv_sqrt[dst]
     return Operator(torch.stack([src, dst]), w, num_nodes)
+
+
+def weighted_degrees(dst: torch.Tensor, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """Each node's summed incoming weight: the ``gcn`` operator's :math:`\\tilde{D}`."""
+    return torch.zeros(num_nodes, dtype=weight.dtype).index_add_(0, dst, weight)
 
 
 @dataclass(frozen=True)

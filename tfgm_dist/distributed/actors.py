@@ -208,7 +208,7 @@ class PartWorker(AuctionSide):
         self.params = [[LayerParams(*(None if t is None else t.to(device)
                                       for t in (q.weight, q.bias))) for q in channel]
                        for channel in params]
-        self.blocks = [replace(g.block, adj=g.block.adj.to(device)) for g in self.parts]
+        self.blocks = [replace(b, adj=b.adj.to(device)) for b in (g.block() for g in self.parts)]
         self.shard = SearchShard()
         self.P = 1  # parts of the run, told by :meth:`consensus`
         self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
@@ -310,7 +310,7 @@ class PartWorker(AuctionSide):
         node, ``options`` the rest of :class:`Consensus`'s arguments. Returns per part what
         it will send there each step, then per part the rows of its :math:`o_t` it needs."""
         start = time.perf_counter()
-        nodes = self.parts[d].block.nodes.numpy()
+        nodes = self.blocks[d].nodes.numpy()
         lists = _listed(chunks).scatter_rows(torch.from_numpy(np.searchsorted(nodes, rows)),
                                              nodes.size)
         fixed = None
@@ -330,7 +330,7 @@ class PartWorker(AuctionSide):
         returns for this part, its patterns then its needs)."""
         P = self.P
         _held(self.consensuses[d]).receive(list(sent[:P]), list(sent[P:]),
-                                           self.parts[1 - d].block.nodes.numel())
+                                           self.blocks[1 - d].nodes.numel())
 
     def indicators(self, send: bool, d: int) -> Any:
         """This step's indicators of the part's source rows, normalised: the input of
@@ -375,7 +375,7 @@ class PartWorker(AuctionSide):
         start = time.perf_counter()
         side = _held(self.consensuses[d])
         self.refined_lists[d], self.consensuses[d] = side.result(), None
-        out = transposed_entries(self.refined_lists[d], self.parts[d].block.nodes.numpy(),
+        out = transposed_entries(self.refined_lists[d], self.blocks[d].nodes.numpy(),
                                  side.home, self.P)
         self.usage.add("refine", start)
         return out[0] if len(out) == 1 else tuple(out)
@@ -385,13 +385,13 @@ class PartWorker(AuctionSide):
         direction's entries that list them."""
         start = time.perf_counter()
         self.refined_lists[d] = merged(_held(self.refined_lists[d]),
-                                       self.parts[d].block.nodes.numpy(), *received)
+                                       self.blocks[d].nodes.numpy(), *received)
         self.usage.add("refine", start)
 
     def lists_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The merged refined lists of the source nodes ``rows`` (this part's)."""
         c = _held(self.refined_lists[0]).take_rows(
-            torch.from_numpy(np.searchsorted(self.parts[0].block.nodes.numpy(), rows)))
+            torch.from_numpy(np.searchsorted(self.blocks[0].nodes.numpy(), rows)))
         return c.scores.numpy(), c.index.numpy()
 
     def best_sources(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -401,7 +401,7 @@ class PartWorker(AuctionSide):
         best = argmax(lists)
         has = best >= 0
         top = lists.scores.max(1).values if lists.k else torch.zeros(0)
-        return (self.parts[1].block.nodes[has].numpy(), best[has].numpy(), top[has].numpy())
+        return (self.blocks[1].nodes[has].numpy(), best[has].numpy(), top[has].numpy())
 
     def merge(self, k: int, *shards: tuple[np.ndarray, np.ndarray]
               ) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""The halo planner, pure: which rows of the operator and of the inputs each part holds, and
+"""The halo planner, pure: which edges each part builds its rows of the operator from, and
 which rows it sends to which other part, layer after layer."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..embed import RowBlock, row_block
+from ..embed import RowBlock, graph_operator, row_block, weighted_degrees
 from ..partition import Partition
 
 
@@ -15,24 +15,59 @@ from ..partition import Partition
 class GraphPart:
     """What the actor of one part needs of one graph, and what it sends to the others.
 
-    A layer of part ``p`` reads the previous layer's rows of its halo: its own part's rows,
-    which it made, and for each other part ``q`` in ``needs`` only the rows of ``q`` in its
-    halo, which ``q`` sends as a slice of its output (``sends``), not its whole part.
+    The part's rows of the operator are built by the actor (:meth:`block`) from the edges
+    that touch its nodes, so no process builds a whole graph's operator. A layer of part
+    ``p`` reads the previous layer's rows of its halo: its own part's rows, which it made,
+    and for each other part ``q`` in ``needs`` only the rows of ``q`` in its halo, which
+    ``q`` sends as a slice of its output (``sends``), not its whole part.
     """
 
-    block: RowBlock  # the part's rows of the operator, columns = its halo
+    nodes: np.ndarray  # the part's node numbers, ascending
+    edges: torch.Tensor  # [2, e] the graph's edges with an end among them
+    weights: torch.Tensor | None  # [e] their weights, or None
+    num_nodes: int
+    operator: str  # :func:`~tfgm_dist.embed.graph_operator`'s kind and self-loops
+    self_loops: bool
+    degrees: torch.Tensor | None  # gcn: every node's weighted degree, [num_nodes]
+    halo: np.ndarray  # node numbers whose previous-layer rows a layer reads, ascending
     needs: list[int]  # other parts holding halo rows, in the order their slices are passed
     gather: np.ndarray  # halo rows within [own rows; the needed parts' slices]
     consumers: list[int]  # other parts whose halo holds some of this part's rows
     sends: list[np.ndarray]  # per consumer, the rows of this part it needs (its slice)
 
+    def block(self) -> RowBlock:
+        """The part's rows of the operator: :func:`~tfgm_dist.embed.row_block` of
+        :func:`~tfgm_dist.embed.graph_operator`, the same rows as cut from the whole
+        graph's operator (every entry of a node's row comes from an edge that touches it;
+        ``gcn`` takes the neighbours' degrees from ``degrees``)."""
+        op = graph_operator(self.edges, self.num_nodes, self.operator,
+                            self_loops=self.self_loops, edge_weight=self.weights,
+                            degrees=self.degrees)
+        block = row_block(op, torch.from_numpy(self.nodes))
+        if not np.array_equal(block.halo.numpy(), self.halo):
+            raise RuntimeError("a part's operator rows read another halo than was planned")
+        return block
 
-def graph_parts(op, parting: Partition) -> list[GraphPart]:
-    """Each part's :class:`GraphPart` of one graph: its row block and the halo rows it
-    exchanges with the other parts (its input rows travel apart: a part may make them)."""
-    P = parting.num_parts
-    blocks = [row_block(op, torch.from_numpy(parting.nodes(p))) for p in range(P)]
-    halos = [b.halo.numpy() for b in blocks]
+
+def graph_parts(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
+                self_loops: bool, edge_weight: torch.Tensor | None = None) -> list[GraphPart]:
+    """Each part's :class:`GraphPart` of one graph: the edges its rows are built from, and
+    the halo rows it exchanges with the other parts. The halo of a part is every node an
+    edge joins to one of its nodes (the operator is undirected), and its own nodes where
+    ``self_loops`` adds them: the columns of its rows of the operator."""
+    P, u, v = parting.num_parts, edge_index[0], edge_index[1]
+    part = torch.from_numpy(parting.part)
+    on_u, on_v = part[u], part[v]
+    degrees = None
+    if operator == "gcn":  # D^-1/2 of the neighbours too: one sum over the whole graph
+        summed = graph_operator(edge_index, num_nodes, "sum", self_loops=self_loops,
+                                edge_weight=edge_weight)
+        degrees = weighted_degrees(summed.edge_index[1], summed.edge_weight, num_nodes)
+    nodes = [parting.nodes(p) for p in range(P)]
+    touching = [(on_u == p) | (on_v == p) for p in range(P)]
+    halos = [np.unique(torch.cat([u[on_v == p], v[on_u == p]]).numpy()) for p in range(P)]
+    if self_loops:
+        halos = [np.union1d(h, n) for h, n in zip(halos, nodes)]
     owner = [parting.part[h] for h in halos]
     needs = [sorted(set(owner[p].tolist()) - {p}) for p in range(P)]
     consumers = [[p for p in range(P) if q in needs[p]] for q in range(P)]
@@ -41,11 +76,14 @@ def graph_parts(op, parting: Partition) -> list[GraphPart]:
         gather = np.empty(halos[p].size, dtype=np.int64)
         own = owner[p] == p
         gather[own] = parting.position[halos[p][own]]
-        offset = blocks[p].nodes.numel()
+        offset = nodes[p].size
         for q in needs[p]:
             mine = owner[p] == q
             gather[mine] = offset + np.arange(int(mine.sum()))
             offset += int(mine.sum())
         sends = [parting.position[halos[c][owner[c] == p]] for c in consumers[p]]
-        parts.append(GraphPart(blocks[p], needs[p], gather, consumers[p], sends))
+        parts.append(GraphPart(
+            nodes[p], edge_index[:, touching[p]],
+            None if edge_weight is None else edge_weight[touching[p]], num_nodes, operator,
+            self_loops, degrees, halos[p], needs[p], gather, consumers[p], sends))
     return parts
