@@ -260,7 +260,7 @@ class Run:
                             "again (attempt %d of %d)", str(cause).splitlines()[0],
                             attempt + 1, RESTARTS + 1)
         with self.watch.stage("write"):
-            light = ray.put(self._light_pair())
+            light = ray.put(self._light_pair(edges=False))
             written = ray.get([write_part.remote(stage, q, light, pieces[q], cfg.top_k,
                                                  cfg.assign.min_confidence, run)
                                for q in range(P)])
@@ -450,9 +450,12 @@ class Run:
                               zip(self.parting, (self.pair.source, self.pair.target))],
                 "device": self.device, "processes": self.usage}
 
-    def _light_pair(self) -> Pair:
-        """The pair without node features and names: what the later stages need."""
-        strip = dict(features=None, names=None)
+    def _light_pair(self, edges: bool = True) -> Pair:
+        """The pair without node features and names: what the later stages need; without
+        the ``edges`` too, what the write tasks need (the ids; 160 MB less at 1M nodes)."""
+        strip = dict(features=None, names=None, content=None)
+        if not edges:
+            strip.update(edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None)
         return replace(self.pair, source=replace(self.pair.source, **strip),
                        target=replace(self.pair.target, **strip))
 
