@@ -6,10 +6,12 @@ with the graphs runs in Ray workers, and the driver hands them object references
 - **features**: without seeds or hints, each part actor reads its own nodes' names or
   vectors (a Parquet layout's are left in ``nodes.parquet`` until then,
   :attr:`Graph.content`) and makes its input rows (:class:`~.actors.PartRecipe`); the
-  driver only adds up the parts' n-gram counts for the names' IDF. With seeds the channels are made in the driver, where
-  the held-out passes of :func:`~tfgm_dist.auto.prepare` ran on the whole pair.
+  driver only adds up the parts' n-gram counts for the names' IDF. With seeds the channels
+  are made in the driver, where the held-out passes of :func:`~tfgm_dist.auto.prepare` ran
+  on the whole pair.
 - **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
-  ``p`` holds part ``p``'s row blocks of both operators and, layer by layer, computes its rows
+  ``p`` builds part ``p``'s row blocks of both operators from the edges that touch it
+  (:meth:`~.halo.GraphPart.block`) and, layer by layer, computes its rows
   of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
   other part the slice of that part's rows in its halo, which that part returns as a separate
   object (:func:`graph_parts` plans who sends which rows to whom).
