@@ -308,8 +308,8 @@ def node_content(path: Path, names: dict[str, str], num_nodes: int) -> NodeConte
         _check_names_type(schema.field(columns["name"]).type, path)
     width = 0
     if "features" in columns:
-        _check_features_type(schema.field(columns["features"]).type, path)
         kind = schema.field(columns["features"]).type
+        _check_features_type(kind, path)
         if pa.types.is_fixed_size_list(kind):
             width = kind.list_size
         else:  # the first row's, streamed (the dataset's head reads a whole row group)
