@@ -106,12 +106,15 @@ class Graph:
         """Node numbers ``nodes`` alone, numbered ``0 ..`` in that order, with their ids and
         names, vectors or content, without edges: what a part of a run on Ray makes its
         input rows from."""
-        at = torch.from_numpy(nodes)
-        return Graph(
-            ids=self.ids.take(pa.array(nodes)), edge_index=torch.zeros(2, 0, dtype=torch.long),
+        return replace(self, edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None,
+                       stats={}, **self._taken(nodes))
+
+    def _taken(self, nodes: np.ndarray) -> dict:
+        """The per-node fields of node numbers ``nodes``, in that order."""
+        return dict(
+            ids=self.ids.take(pa.array(nodes)),
             names=None if self.names is None else [self.names[i] for i in nodes.tolist()],
-            features=None if self.features is None else self.features[at],
-            source=self.source, names_from_ids=self.names_from_ids,
+            features=None if self.features is None else self.features[torch.from_numpy(nodes)],
             content=None if self.content is None else replace(self.content,
                                                               rows=self.content.rows[nodes]))
 
@@ -162,12 +165,4 @@ class Graph:
         """
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.numel())
-        return replace(
-            self,
-            ids=self.ids.take(pa.array(perm.numpy())),
-            edge_index=inverse[self.edge_index],
-            names=None if self.names is None else [self.names[i] for i in perm.tolist()],
-            features=None if self.features is None else self.features[perm],
-            content=None if self.content is None else replace(
-                self.content, rows=self.content.rows[perm.numpy()]),
-        )
+        return replace(self, edge_index=inverse[self.edge_index], **self._taken(perm.numpy()))
