@@ -190,6 +190,22 @@ def test_nodes_without_features_are_matched_by_their_neighbours(synth):
     assert m["hits@1"] > 0.9  # their neighbours' features still place them
 
 
+def test_a_pair_reuses_its_input_rows_only_for_its_own_graphs_and_features_setting(synth):
+    cfg = from_dict({})
+    pair = pipeline.load_pair(synth["source"], synth["target"], cfg, gold=synth["gold"])
+    made = pipeline.with_inputs(pair, cfg)
+    kept = pipeline.input_features(replace(made, queries=np.arange(10)), cfg)
+    assert kept[0] is made.inputs.x_s and kept[1] is made.inputs.x_t
+    assert all(torch.equal(a, b) for a, b in zip(kept, pipeline.input_features(pair, cfg)))
+    projected = from_dict({"features": {"project_dim": 16}})
+    assert pipeline.input_features(made, projected)[0].shape == (2000, 16)
+    features = pair.source.features.clone()
+    features[0] = 0.0  # another source graph: its own rows, not the ones carried
+    other = replace(made, source=replace(pair.source, features=features))
+    assert pipeline.input_features(other, cfg)[0][0].abs().sum() == 0
+    assert made.inputs.x_s[0].abs().sum() > 0
+
+
 def test_score_never_offers_seed_targets_and_skips_seed_sources(synth, gold_map, tmp_path):
     src = list(gold_map)[:600]
     seeds = write_columns(tmp_path / "seeds.tsv", src, [gold_map[s] for s in src])

@@ -525,13 +525,14 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     if not splits:
         if not cfg.bootstrap.rounds or plan(pair, cfg).sources is None:  # no backward search
             return pair, cfg, Prepared(report)
-        pair = pair.with_content()  # names and vectors left in the input: a pass runs here
+        # names and vectors left in the input: a pass runs here, and the last one reuses them
+        pair = pipeline.with_inputs(pair.with_content(), cfg)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
             first = pipeline.align(pair, _apply(cfg, {"assign.polish": False}), Stopwatch())
             hints = confident_matches(first)
             cfg, report["bootstrap"] = _hinted(pair, cfg, hints)
         return replace(pair, hints=hints), cfg, Prepared(report, first=first)
-    pair = pair.with_content()
+    pair = pipeline.with_inputs(pair.with_content(), cfg)
     trials = [(estimation_pair(replace(pair, seeds=kept), held), held) for kept, held in splits]
     helds = [held for _, held in trials]
     with watch.stage("estimate"):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import assign, features, metrics
-from .config import Config, EmbedConfig
+from .config import Config, EmbedConfig, FeatureConfig
 from .embed import Operator, embed, graph_operator, layer_params, whole
 from .errors import InputError
 from .graph import Graph
@@ -48,6 +48,7 @@ class Pair:
     # pairs the job believes matched (bootstrapping, :func:`tfgm_dist.auto.prepare`): anchors
     # like the seeds, but still searched and output
     hints: tuple[np.ndarray, np.ndarray] | None = None
+    inputs: "Inputs | None" = field(default=None, repr=False, compare=False)  # with_inputs
 
     def __post_init__(self) -> None:
         if self.seeds is not None:  # by source: the order of a seed file's lines is no input
@@ -93,6 +94,27 @@ def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Confi
         candidates=None if candidates is None else load_id_list(candidates, g_t, "candidates"),
         queries=None if queries is None else load_id_list(queries, g_s, "queries"),
     )
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The content channel's ``X_s, X_t`` (:func:`input_features`) of two graphs under one
+    features setting, kept on a :class:`Pair` (:func:`with_inputs`) for the passes of an
+    automatic run that align the same graphs: on DBP15k with seeds five passes had hashed
+    the names five times, 1 s each of a 37 s run."""
+
+    source: Graph
+    target: Graph
+    features: FeatureConfig
+    x_s: torch.Tensor
+    x_t: torch.Tensor
+
+
+def with_inputs(pair: Pair, cfg: Config) -> Pair:
+    """``pair`` carrying its :func:`input_features` under ``cfg``: every pass on it (or on a
+    pair replaced from it with the same graphs) reuses them."""
+    return replace(pair, inputs=Inputs(pair.source, pair.target, cfg.features,
+                                       *input_features(pair, cfg)))
 
 
 def feature_kind(pair: Pair, cfg: Config) -> str:
@@ -199,8 +221,12 @@ def content_rows(content: Content, inputs: list[str] | torch.Tensor, cfg: Config
 
 def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
     """``X_s, X_t`` of the content channel (see :func:`feature_kind`): :func:`content_rows`
-    of every node, the statistics of both graphs together."""
-    s, t = pair.source, pair.target
+    of every node, the statistics of both graphs together; those the pair carries
+    (:func:`with_inputs`) where made of the same graphs under the same features setting."""
+    s, t, made = pair.source, pair.target, pair.inputs
+    if (made is not None and made.source is s and made.target is t
+            and made.features == cfg.features):
+        return made.x_s, made.x_t
     kind = content_kind(pair, cfg)
     inputs = [node_inputs(g, kind) for g in (s, t)]
     content = Content.of(kind, [content_counts(kind, x, cfg) for x in inputs])
