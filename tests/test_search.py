@@ -61,18 +61,35 @@ def test_a_sharded_flat_index_merged_equals_one_index_bit_for_bit():
     (5, 7, 10, 1 << 25),  # k beyond both sides: padded lists, nothing to tie-check
     (40, 12, 10, 12 * 3),  # blocks thinner than k + 1
 ])
-def test_both_ways_equals_two_flat_searches_bit_for_bit(n_s, n_t, k, block_cells):
+@pytest.mark.parametrize("bf16", [False, True])
+def test_both_ways_equals_two_flat_searches_bit_for_bit(n_s, n_t, k, block_cells, bf16):
     """Exact ties (duplicated rows) and zero rows, as featureless graphs give, must come out as
-    two FAISS searches put them: the same lists and the same last bits."""
+    two FAISS searches put them: the same lists and the same last bits; also from a
+    bfloat16 product, whose candidates are certified by its error bound."""
     rng = np.random.default_rng(n_s + n_t)
     x_t = np.repeat(rng.standard_normal((-(-n_t // 4), 512)).astype(np.float32), 4, axis=0)[:n_t]
     x_s = x_t[rng.choice(n_t, n_s)] + 0.01 * rng.standard_normal((n_s, 512)).astype(np.float32)
     x_s[::9], x_t[::11] = 0.0, 0.0
     ids_s, ids_t = np.arange(n_s) * 3 + 1, np.arange(n_t) * 2 + 5
-    forward, backward = both_ways(x_s, x_t, k, ids_s=ids_s, ids_t=ids_t, block_cells=block_cells)
+    forward, backward = both_ways(x_s, x_t, k, ids_s=ids_s, ids_t=ids_t, block_cells=block_cells,
+                                  bf16=bf16)
     want_f = search(build_index(x_t, "flat"), x_s, k, ids=ids_t)
     want_b = search(build_index(x_s, "flat"), x_t, k, ids=ids_s)
     for got, want in ((forward, want_f), (backward, want_b)):
+        assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
+
+
+def test_both_ways_from_bfloat16_searches_again_where_scores_lie_within_its_error():
+    """Targets closer than bfloat16 can tell apart (one row plus noise of 1e-4): no row's
+    list is certified by the product, and each is the flat search's."""
+    rng = np.random.default_rng(3)
+    x_t = rng.standard_normal(256).astype(np.float32) + 1e-4 * rng.standard_normal(
+        (300, 256)).astype(np.float32)
+    x_s = x_t[rng.choice(300, 80)] + 1e-4 * rng.standard_normal((80, 256)).astype(np.float32)
+    ids_s, ids_t = np.arange(80), np.arange(300)
+    forward, backward = both_ways(x_s, x_t, 10, ids_s=ids_s, ids_t=ids_t, bf16=True)
+    for got, want in ((forward, search(build_index(x_t, "flat"), x_s, 10)),
+                      (backward, search(build_index(x_s, "flat"), x_t, 10))):
         assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
 
 
