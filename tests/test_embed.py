@@ -227,6 +227,26 @@ def test_row_block_halo_is_the_in_neighbourhood_of_its_rows():
                                             dtype=torch.float))
 
 
+def test_a_pairs_embedding_is_each_channels_embedding_scaled_and_side_by_side():
+    """pipeline.embeddings writes every block in place: bit for bit the channels' embed()
+    times the square root of their weights, concatenated (with an input block, without
+    one, and BasicTFGM's single block)."""
+    from tfgm_dist.features import Channel
+    from tfgm_dist.pipeline import embeddings
+    n, gen = 40, torch.Generator().manual_seed(2)
+    ops = tuple(graph_operator(random_graph(n, 90, seed=s), n, "sum") for s in (1, 2))
+    specs = [(EmbedConfig(layers=2), 1.0, 8), (EmbedConfig(layers=3, include_input=False), 0.25, 5),
+             (EmbedConfig(layers=2, basic=True), 3.0, 6)]
+    chans = [Channel(f"c{i}", torch.randn(n, d, generator=gen), torch.randn(n, d, generator=gen),
+                     spec, w) for i, (spec, w, d) in enumerate(specs)]
+    got = embeddings(chans, ops, seed=4)
+    for g, op in enumerate(ops):
+        want = torch.cat([embed((c.x_s, c.x_t)[g], whole(op), c.embed,
+                                layer_params(c.embed, c.x_s.size(1), 4)) * math.sqrt(c.weight)
+                          for c in chans], 1)
+        assert torch.equal(got[g], want)
+
+
 def test_basic_tfgm_returns_one_unit_block_with_residual():
     """BasicTFGM: [N, d] unit rows; for one layer, norm(norm(A x^) + x^) with x^ = norm(x)."""
     n, d = 4, 3

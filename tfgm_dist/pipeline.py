@@ -24,7 +24,7 @@ import torch
 
 from . import assign, features, metrics
 from .config import Config, EmbedConfig, FeatureConfig
-from .embed import Operator, embed, graph_operator, layer_params, whole
+from .embed import Operator, embed_blocks, graph_operator, layer_params, whole
 from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
@@ -301,11 +301,15 @@ def embeddings(chans: list[features.Channel], ops: tuple[Operator, Operator], se
     """Single-process TFGM embeddings ``O_s, O_t``: every channel's, scaled by
     :math:`\\sqrt{w}`, concatenated."""
     params = [layer_params(c.embed, c.x_s.size(1), seed) for c in chans]
+    width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
     out = []
     for g, op in enumerate(ops):
-        block = whole(op)
-        out.append(torch.cat([embed((c.x_s, c.x_t)[g], block, c.embed, p) * math.sqrt(c.weight)
-                              for c, p in zip(chans, params)], 1))
+        block, o, at = whole(op), torch.empty(op.num_nodes, width), 0
+        for c, p in zip(chans, params):
+            for b in embed_blocks((c.x_s, c.x_t)[g], block, c.embed, p):
+                torch.mul(b, math.sqrt(c.weight), out=o[:, at:at + b.size(1)])
+                at += b.size(1)
+        out.append(o)
     return out[0], out[1]
 
 
