@@ -238,6 +238,7 @@ class Run:
                 del parts
         with self.watch.stage("features"):
             chans, self.inputs = self._inputs()
+            self.pair = replace(self.pair, inputs=None)  # the rows the passes reused: put now
         self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
         specs = [c.embed for c in chans]
         params = [layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans]
