@@ -394,11 +394,12 @@ BF16_UNIT = 2.0 ** -9  # bfloat16's unit roundoff (8 significant bits)
 
 
 def bf16_native() -> bool:
-    """Whether torch multiplies bfloat16 matrices natively on this CPU (oneDNN's check)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX). Not
+    oneDNN's own check, which also says yes on any AVX-512 CPU, where bfloat16 is emulated
+    and no faster than float32."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported",
+                                                          "_is_amx_tile_supported")]
+    return any(bool(check()) for check in checks if check is not None)
 
 
 def product_error(dim: int, bf16: bool) -> float:
