@@ -29,7 +29,7 @@ from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
-from .search import Candidates, both_ways, both_ways_pays, gpu_available, top_k
+from .search import Candidates, both_ways, both_ways_pays, gpu_available, taken, top_k
 from .stopwatch import Stopwatch
 
 log = logging.getLogger("tfgm_dist")
@@ -403,15 +403,16 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     opts = {**search_options(cfg), "recall": cfg.search.recall}
     with watch.stage("search"):
         searches, backward = {}, None
+        a_s, a_t = o_s.numpy(), o_t.numpy()
         if (p.sources is not None and cfg.search.index == "flat" and not gpu_available()
                 and both_ways_pays(o_t.size(1), k)):
-            forward, backward = both_ways(_taken(o_s, p.sources), _taken(o_t, p.targets), k,
+            forward, backward = both_ways(taken(a_s, p.sources), taken(a_t, p.targets), k,
                                           ids_s=p.sources, ids_t=p.targets)
         else:
-            forward, searches["forward"] = top_k(_taken(o_s, p.searched), o_t.numpy(), k,
+            forward, searches["forward"] = top_k(taken(a_s, p.searched), a_t, k,
                                                  candidates=p.targets, **opts)
             if p.sources is not None:
-                backward, searches["backward"] = top_k(_taken(o_t, p.targets), o_s.numpy(), k,
+                backward, searches["backward"] = top_k(taken(a_t, p.targets), a_s, k,
                                                        candidates=p.sources, **opts)
         forward = forward.scatter_rows(torch.from_numpy(p.searched), pair.source.num_nodes)
         if backward is not None:
@@ -420,13 +421,6 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
                     pair.target.num_nodes, o_s, o_t, scale=scale(chans),
                     search={d: t for d, t in searches.items() if t})
     return refined(pair, cfg, scored, ops, watch)
-
-
-def _taken(o: torch.Tensor, rows: np.ndarray) -> np.ndarray:
-    """``o[rows]`` as an array (``rows`` ascending and distinct, :func:`plan`'s), without a
-    copy where they are every row: a 1M-node graph's embedding is 1.5 GB, and that copy
-    was a third of the search stage's growth of the peak."""
-    return o.numpy() if rows.size == o.size(0) else o[torch.from_numpy(rows)].numpy()
 
 
 def consensus_psi(cfg: Config) -> EmbedConfig:

@@ -32,7 +32,7 @@ from ..pipeline import (Content, Pair, Plan, Result, Scored, conclude, content_c
                         content_counts, content_rows, evaluate, node_inputs, refined)
 from ..refine import list_width
 from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
-                      probe, search, set_nprobe, trained_index, trained_on)
+                      probe, search, set_nprobe, taken, trained_index, trained_on)
 from ..stopwatch import Stopwatch, peak_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
@@ -239,7 +239,7 @@ class PartWorker(AuctionSide):
         ``own`` (this part's) and the slices of the parts in ``needs``."""
         start = time.perf_counter()
         rows = np.concatenate([own, *needed]) if needed else own
-        h_halo = torch.from_numpy(_take(rows, self.parts[g].gather)).to(self.device)
+        h_halo = torch.from_numpy(taken(rows, self.parts[g].gather)).to(self.device)
         out = layer(self.blocks[g], h_halo, self.params[c][l], self.specs[c].relu)
         if self.specs[c].basic:
             out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
@@ -291,7 +291,7 @@ class PartWorker(AuctionSide):
                trained: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`SearchShard.search` of ``queries[rows]``."""
         start = time.perf_counter()
-        out = self.shard.search(key, k, _take(queries, rows), base, base_rows, base_ids, options,
+        out = self.shard.search(key, k, taken(queries, rows), base, base_rows, base_ids, options,
                                 trained)
         self.usage.add("search", start)
         return out
@@ -471,12 +471,6 @@ def _listed(chunks: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Candidates:
                       torch.from_numpy(np.concatenate([i for _, i in chunks])))
 
 
-def _take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``x[rows]``, without a copy when ``rows`` are all rows in order (a part's embedding
-    searched whole is the object store's array itself, not a second gigabyte-sized copy)."""
-    return x if rows.size == x.shape[0] and np.array_equal(rows, np.arange(rows.size)) else x[rows]
-
-
 def merge_top_k(k: int, *shards: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best of the per-shard top-k lists of one query part (canonical order)."""
     c = Candidates.sorted(torch.from_numpy(np.concatenate([s for s, _ in shards], 1)),
@@ -501,7 +495,7 @@ class SearchShard:
                trained: np.ndarray | None):
         if key not in self.indexes:
             self.indexes[key] = build_index(
-                _take(base, base_rows), **options,
+                taken(base, base_rows), **options,
                 trained=None if trained is None else faiss.deserialize_index(trained))
         return self.indexes[key]
 
@@ -515,7 +509,7 @@ class SearchShard:
         else each shard trains its own."""
         index = self._index(key, base, base_rows, options, trained)
         if key not in self.exact:
-            self.exact[key] = exact_best(_take(base, base_rows), probes)
+            self.exact[key] = exact_best(taken(base, base_rows), probes)
         found, nlist = probe(index, probes, k, nprobe)
         return found, self.exact[key], nlist
 
