@@ -93,6 +93,20 @@ def test_both_ways_from_bfloat16_searches_again_where_scores_lie_within_its_erro
         assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
 
 
+def test_one_sort_by_group_then_descending_value_keeps_two_stable_sorts_order():
+    """The column merge's single int64 key orders as a stable sort by value (descending)
+    then by group did: ties, -0.0 beside 0.0, -inf and negative values included."""
+    from tfgm_dist.search import _by_group_then_descending
+    g = torch.Generator().manual_seed(1)
+    values = (torch.randn(5000, generator=g) * 4).round() / 4  # many ties
+    values[::7], values[::11], values[::13] = -0.0, 0.0, -torch.inf
+    groups = torch.randint(0, 40, (5000,), generator=g)
+    order = torch.sort(_by_group_then_descending(groups, values), stable=True).indices
+    two = torch.argsort(values, descending=True, stable=True)
+    two = two[torch.argsort(groups[two], stable=True)]
+    assert torch.equal(order, two)
+
+
 def test_candidates_restrict_the_search_and_map_ids_back():
     x_s, x_t = random_points(60, 16, 4), random_points(200, 16, 5)
     cand = np.sort(np.random.default_rng(6).choice(200, size=40, replace=False))

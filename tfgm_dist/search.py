@@ -514,14 +514,22 @@ class ColumnTop:
         owners = torch.cat([self.top_i.flatten(), *(r for _, r, _ in self.pending)])
         where = torch.cat([torch.arange(m).repeat(width), *(c for _, _, c in self.pending)])
         self.pending, self.buffered = [], 0
-        order = torch.argsort(vals, descending=True, stable=True)
-        order = order[torch.argsort(where[order], stable=True)]
+        order = torch.sort(_by_group_then_descending(where, vals), stable=True).indices
         first = torch.zeros(m + 1, dtype=torch.long)
         first[1:] = torch.cumsum(torch.bincount(where, minlength=m), 0)
         rank = torch.arange(order.numel()) - first[where[order]]
         keep = order[rank < width]
         self.top_s = vals[keep].view(m, width).T.contiguous()
         self.top_i = owners[keep].view(m, width).T.contiguous()
+
+
+def _by_group_then_descending(groups: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """One int64 key per entry that orders by ``groups`` (``>= 0``) ascending, then by the
+    float32 ``values`` descending (-0.0 as 0.0): one sort, where two stable ones (by value,
+    then by group) took 0.25 s of a column merge of DBP15k's two-way search."""
+    bits = (values + 0.0).view(torch.int32).to(torch.int64)
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # the floats' order, as integers
+    return groups * (1 << 32) + (0x7FFFFFFF - ordered)
 
 
 def _canonical(queries: np.ndarray, base: np.ndarray, ids: np.ndarray, raw: torch.Tensor,
