@@ -582,10 +582,9 @@ def candidates_from_coo(rows: torch.Tensor, cols: torch.Tensor, values: torch.Te
     key, inverse = torch.unique(rows * width + cols, return_inverse=True)
     summed = torch.zeros(key.numel(), dtype=values.dtype).index_add_(0, inverse, values)
     rows, cols = key // width, key % width
-    # by row, then score descending, then column: two stable sorts (np.lexsort took 0.55 s
+    # by row, then score descending, then column: one stable sort (np.lexsort took 0.55 s
     # of a 0.65 s merge of DBP15k's two-way lists)
-    order = torch.sort(summed, descending=True, stable=True).indices
-    order = order[torch.sort(rows[order], stable=True).indices]
+    order = torch.sort(_by_group_then_descending(rows, summed.float()), stable=True).indices
     rows, cols, summed = rows[order], cols[order], summed[order]
     start = torch.zeros(num_rows + 1, dtype=torch.long)
     start[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)
