@@ -93,6 +93,23 @@ def test_both_ways_from_bfloat16_searches_again_where_scores_lie_within_its_erro
         assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
 
 
+def test_the_bfloat16_product_is_chosen_only_where_it_certifies_the_lists():
+    """Random unit rows of a wide space crowd their scores within bfloat16's error (every
+    list would be searched again): float32. Rows of a few directions, whose scores spread
+    as embeddings' do: bfloat16."""
+    from tfgm_dist.search import bf16_certifies
+    rng = np.random.default_rng(2)
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    wide = unit(rng.standard_normal((2000, 1536)))
+    assert not bf16_certifies(unit(rng.standard_normal((1000, 1536))), wide, 50)
+    few = rng.standard_normal((8, 1536))
+    assert bf16_certifies(unit(rng.standard_normal((1000, 8)) @ few),
+                          unit(rng.standard_normal((2000, 8)) @ few), 50)
+
+
 def test_one_sort_by_group_then_descending_value_keeps_two_stable_sorts_order():
     """The column merge's single int64 key orders as a stable sort by value (descending)
     then by group did: ties, -0.0 beside 0.0, -inf and negative values included."""
