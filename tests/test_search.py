@@ -94,9 +94,9 @@ def test_both_ways_from_bfloat16_searches_again_where_scores_lie_within_its_erro
 
 
 def test_the_bfloat16_product_is_chosen_only_where_it_certifies_the_lists():
-    """Random unit rows of a wide space crowd their scores within bfloat16's error (every
-    list would be searched again): float32. Rows of a few directions, whose scores spread
-    as embeddings' do: bfloat16."""
+    """Random unit rows of a wide space crowd their scores within bfloat16's error (lists
+    float32 certifies would be searched again): float32. Rows of a few directions, whose
+    scores spread as embeddings' do: bfloat16."""
     from tfgm_dist.search import bf16_certifies
     rng = np.random.default_rng(2)
 
