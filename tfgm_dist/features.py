@@ -59,6 +59,21 @@ def ngram_counts(texts: list[str], n: int = 2, dim: int = 2048) -> torch.Tensor:
         return torch.sparse_coo_tensor(at, torch.ones(len(rows)), (len(texts), dim)).coalesce()
 
 
+@dataclass(frozen=True)
+class Names:
+    """Names and their :func:`ngram_counts`, hashed once for both the IDF's document
+    frequency and the TF-IDF rows (hashing them for each had cost DBP15k zh-en 0.49 s a
+    run, the document frequencies' share)."""
+
+    texts: list[str]
+    counts: torch.Tensor  # [len(texts), dim] sparse COO
+
+    @staticmethod
+    def hashed(texts: list[str], n: int = 2, dim: int = 2048) -> "Names":
+        """``texts`` with their :func:`ngram_counts`."""
+        return Names(texts, ngram_counts(texts, n, dim))
+
+
 def document_frequency(counts: torch.Tensor) -> np.ndarray:
     """For each bucket, how many rows of ``counts`` (:func:`ngram_counts`) hold it: summed
     over the graphs (or their parts), the document frequency of the IDF."""

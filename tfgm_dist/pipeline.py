@@ -169,33 +169,33 @@ def content_kind(pair: Pair, cfg: Config) -> str:
     return kind
 
 
-def node_inputs(graph: Graph, kind: str, degrees: torch.Tensor | None = None
-                ) -> list[str] | torch.Tensor:
-    """What :func:`content_rows` turns into ``graph``'s rows: its names or given vectors
-    (read from the input where left there, :attr:`Graph.content`), or its degrees
-    (``degrees``, where the caller has them: a part's nodes have no edges of their own)."""
-    every = np.arange(graph.num_nodes)
+def node_inputs(graph: Graph, kind: str, cfg: Config, degrees: torch.Tensor | None = None
+                ) -> features.Names | torch.Tensor:
+    """What :func:`content_rows` turns into ``graph``'s rows: its names (hashed into
+    n-grams, :class:`~tfgm_dist.features.Names`) or given vectors (read from the input where
+    left there, :attr:`Graph.content`), or its degrees (``degrees``, where the caller has
+    them: a part's nodes have no edges of their own)."""
+    every, fc = np.arange(graph.num_nodes), cfg.features
     if kind == "given":
         return graph.features if graph.features is not None else graph.content.features(every)
     if kind == "names":
-        return graph.names if graph.names is not None else graph.content.names(every)
+        names = graph.names if graph.names is not None else graph.content.names(every)
+        return features.Names.hashed(names, fc.ngram, fc.ngram_dim)
     return features.degrees(graph) if degrees is None else degrees
 
 
-def content_counts(kind: str, inputs: list[str] | torch.Tensor, cfg: Config) -> Any:
+def content_counts(kind: str, inputs: features.Names | torch.Tensor) -> Any:
     """The share of :class:`Content`'s statistics that ``inputs`` (:func:`node_inputs`) hold:
     for names the document frequency of each n-gram bucket and the number of names, for
     one-hot degrees the degrees present; ``None`` for the other kinds."""
-    fc = cfg.features
     if kind == "names":
-        return features.document_frequency(
-            features.ngram_counts(inputs, fc.ngram, fc.ngram_dim)), len(inputs)
+        return features.document_frequency(inputs.counts), len(inputs.texts)
     if kind == "degree-onehot":
         return torch.unique(inputs)
     return None
 
 
-def content_rows(content: Content, inputs: list[str] | torch.Tensor, cfg: Config,
+def content_rows(content: Content, inputs: features.Names | torch.Tensor, cfg: Config,
                  where: Callable[[int], str] | None = None) -> torch.Tensor:
     """The rows of the content channel's ``X`` for ``inputs`` (:func:`node_inputs`), dense
     and, past ``features.project_dim``, projected. Each row depends only on its own node
@@ -205,10 +205,10 @@ def content_rows(content: Content, inputs: list[str] | torch.Tensor, cfg: Config
     if kind == "given":
         x = inputs.float()
     elif kind == "names":
-        x = features.tf_idf(features.ngram_counts(inputs, fc.ngram, fc.ngram_dim), content.idf)
+        x = features.tf_idf(inputs.counts, content.idf)
         if fc.encoder:  # the sentence vectors are dense: so is their concatenation
             x = torch.cat([torch.nn.functional.normalize(x.to_dense(), dim=-1),
-                           features.sentence_vectors(inputs)], dim=1)
+                           features.sentence_vectors(inputs.texts)], dim=1)
     elif kind == "degree-onehot":
         x = features.degree_onehot(inputs, content.vocab)
     else:
@@ -228,8 +228,8 @@ def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]
             and made.features == cfg.features):
         return made.x_s, made.x_t
     kind = content_kind(pair, cfg)
-    inputs = [node_inputs(g, kind) for g in (s, t)]
-    content = Content.of(kind, [content_counts(kind, x, cfg) for x in inputs])
+    inputs = [node_inputs(g, kind, cfg) for g in (s, t)]
+    content = Content.of(kind, [content_counts(kind, x) for x in inputs])
     return tuple(content_rows(content, x, cfg, features.node_named(g))
                  for x, g in zip(inputs, (s, t)))
 

@@ -179,8 +179,8 @@ class PartRecipe:
         """:func:`~tfgm_dist.pipeline.content_rows`, then
         :func:`~tfgm_dist.pipeline.content_channels`, of the part's nodes."""
         kind = self.content.kind
-        x = content_rows(self.content, node_inputs(self.part, kind, self.degrees), self.cfg,
-                         node_named(self.part))
+        inputs = node_inputs(self.part, kind, self.cfg, self.degrees)
+        x = content_rows(self.content, inputs, self.cfg, node_named(self.part))
         return [c.x_s.numpy() for c in content_channels(kind, x, x[:0], self.cfg,
                                                         self.structure)]
 
@@ -584,7 +584,7 @@ def part_counts(part: Graph, degrees: torch.Tensor | None, kind: str, cfg: Confi
     """The :func:`~tfgm_dist.pipeline.content_counts` of the nodes of one part (``part``,
     :meth:`Graph.of_nodes`; ``degrees`` theirs), read here where they are deferred."""
     _threads(num_cpus)
-    return content_counts(kind, node_inputs(part, kind, degrees=degrees), cfg)
+    return content_counts(kind, node_inputs(part, kind, cfg, degrees))
 
 
 @ray.remote(max_retries=RESTARTS)
