@@ -462,8 +462,9 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
     updates every column's running best ``w``, so the product is computed once, not twice
     (DBP15k zh_en, 14,888 x 10,500 x 1,536 on 2 cores: 5.2 s against 6.9 s for two flat FAISS
     searches). ``w`` is ``k + 1``, or with a ``bf16`` product (default: where
-    :func:`bf16_native` and :func:`bf16_certifies`) :data:`BF16_WIDTH` times that. The lists are then those of
-    :func:`search` on a flat index, bit for bit: every candidate that can reach the
+    :func:`bf16_native` and :func:`bf16_certifies`) :data:`BF16_WIDTH` times that. The
+    lists are then those of :func:`search` on a flat index, bit for bit: every candidate
+    that can reach the
     ``k``-th is rescored by :func:`pair_scores` (:func:`_canonical`), and a row whose widest
     product score is within the product's error (:func:`product_error`) of its exact
     ``k``-th, or whose query is zero, is searched again by :func:`search`.
