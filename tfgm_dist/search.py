@@ -464,10 +464,9 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
     searches). ``w`` is ``k + 1``, or with a ``bf16`` product (default: where
     :func:`bf16_native` and :func:`bf16_certifies`) :data:`BF16_WIDTH` times that. The
     lists are then those of :func:`search` on a flat index, bit for bit: every candidate
-    that can reach the
-    ``k``-th is rescored by :func:`pair_scores` (:func:`_canonical`), and a row whose widest
-    product score is within the product's error (:func:`product_error`) of its exact
-    ``k``-th, or whose query is zero, is searched again by :func:`search`.
+    that can reach the ``k``-th is rescored by :func:`pair_scores` (:func:`_canonical`), and
+    a row whose widest product score is within the product's error (:func:`product_error`)
+    of its exact ``k``-th, or whose query is zero, is searched again by :func:`search`.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
