@@ -17,6 +17,8 @@ from tfgm_dist.stopwatch import Stopwatch
 from tfgm_dist.synth import write_pair
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+needs_yeast = pytest.mark.skipif(not (DATA / "yeast_ppi").exists(),
+                                 reason="../shared/data is not beside the repository")
 
 
 def graph(edges: list[tuple[int, int]], n: int, **extra) -> Graph:
@@ -340,8 +342,7 @@ def test_hints_build_the_anchor_channel_but_stay_output_rows_and_targets():
     assert 2 not in pipeline.plan(seeded, cfg).rows and 0 in pipeline.plan(seeded, cfg).rows
 
 
-@pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
-                    "the repository")
+@needs_yeast
 def test_bootstrapping_or_the_polish_lifts_yeast_at_25_percent_noise_without_seeds():
     from tfgm_dist.load import load_graph
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
@@ -366,8 +367,7 @@ def test_bootstrapping_or_the_polish_lifts_yeast_at_25_percent_noise_without_see
     assert default.metrics["accuracy"] >= plain.metrics["accuracy"] + 0.03  # measured: +6
 
 
-@pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
-                    "the repository")
+@needs_yeast
 def test_the_structure_channel_lifts_vectors_that_tell_few_nodes_apart(tmp_path):
     """Two noisy copies of yeast whose nodes carry 2 of 64 words: the given vectors alone
     match a third of the nodes, with their deep structure channel over half (measured 36.0
@@ -420,8 +420,7 @@ def test_chosen_rounds_do_not_start_where_the_held_out_run_misses_almost_nothing
     assert len(asked.report["bootstrap"]["tried"]) == 1  # a user's rounds always start
 
 
-@pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
-                    "the checkout: the yeast network is read from it")
+@needs_yeast
 def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
     """Two noisy copies of yeast with 20 % seeds: a third of the mutual best matches are
     wrong, and a clear margin tells many of them."""
@@ -450,8 +449,7 @@ def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
     assert np.array_equal(everything[0], mutual[0])
 
 
-@pytest.mark.skipif(not (DATA / "yeast_ppi").exists(), reason="../shared/data is not beside "
-                    "the checkout: the yeast network is read from it")
+@needs_yeast
 def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_of(tmp_path):
     """Noisy copies of yeast whose nodes carry 2 of 64 words, no seeds: the first pass's
     mutual best matches of confidence >= 0.8 (fitted on its own mutual matches) anchor the
@@ -474,6 +472,7 @@ def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_o
     assert prepared.report["bootstrap"]["hints"] == final.hints[0].size
 
 
+@needs_yeast
 def test_with_seeds_the_held_out_seeds_choose_the_decoding():
     from tfgm_dist.load import load_graph
     src = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
@@ -494,6 +493,7 @@ def test_with_seeds_the_held_out_seeds_choose_the_decoding():
     assert "argmax" not in kept.report["decoding"]["held_out_hits@1"]  # the user's stays
 
 
+@needs_yeast
 def test_with_seeds_a_target_graph_of_few_of_the_sources_is_decoded_by_each_sources_best():
     """A yeast network against a third of its noisy copy: two thirds of the sources have
     no counterpart, and in a one-to-one matching they take the targets of those that do."""
