@@ -274,12 +274,12 @@ def test_the_auction_split_into_parts_equals_one_part(n_s, levels):
     c = lists(n_s, n_t, 10, levels, seed=levels + 1)  # seed 3 of (500, 3): 4,749 rounds
     g = torch.Generator().manual_seed(7)
     source_part = torch.randint(P, (n_s,), generator=g)
-    home = torch.randint(P, (n_t,), generator=g)
+    home = torch.randint(P, (n_t,), generator=g).numpy()
     rows = [torch.nonzero(source_part == q).flatten() for q in range(P)]
     parts = [c.take_rows(r) for r in rows]
     span = spanning([score_span(x) for x in parts])
     bidders = [Bidders(x, r, n_t, span, home, P) for x, r in zip(parts, rows)]
-    sellers = [Sellers(torch.nonzero(home == p).flatten()) for p in range(P)]
+    sellers = [Sellers(np.flatnonzero(home == p)) for p in range(P)]
     outcome: list[list] = [[] for _ in range(P)]
     bids: list = []
 

@@ -173,8 +173,9 @@ AUCTION_EPS = 1e-4  # the auction's bid increment at the start, on values in [0,
 ROUNDS_PER_EPS = 3000
 EPS_GROWTH = 2.0
 
-Bids = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # target, bid, source, row
-Outcome = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # won, unseated, t, price
+# The auction's messages, NumPy arrays (as its state: see Bidders):
+Bids = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # target, bid, source, row
+Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # won, unseated, t, price
 
 
 def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
@@ -221,7 +222,7 @@ def auctioned(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
     """:func:`sparse_one_to_one`'s matching of lists ``c`` (``k >= 1``), and the number of
     auction rounds it took."""
     bidders = Bidders(c, torch.arange(c.index.size(0)), num_targets, spanning([score_span(c)]))
-    sellers = Sellers(torch.arange(num_targets))
+    sellers = Sellers(np.arange(num_targets))
     state: dict[str, list] = {"outcome": []}
 
     def bid(e: float) -> int:
@@ -286,10 +287,15 @@ class Bidders:
     go to the lowest number); ``span``: :func:`spanning` of every part's lists; ``home``:
     ``[num_targets]`` which of the ``parts`` :class:`Sellers` sells each target (``None``:
     one sells all).
+
+    The state and the messages are NumPy arrays: a round gathers a few thousand prices and
+    values, and torch's indexing of such small tables took 1.3 ms where NumPy's ``take``
+    takes 0.13 ms (the featureless flickr_lastfm pair's 6,109 rounds: 14.4 s in torch).
+    Messages received through Ray are read-only, and are only read.
     """
 
     def __init__(self, c: Candidates, sources: torch.Tensor, num_targets: int,
-                 span: tuple[float, float], home: torch.Tensor | None = None, parts: int = 1
+                 span: tuple[float, float], home: np.ndarray | None = None, parts: int = 1
                  ) -> None:
         _check_targets(c, num_targets)
         n, self.k = c.index.shape
@@ -298,39 +304,43 @@ class Bidders:
         # column k is each source's private "unmatched" option: value 0, price 0 for ever
         self.value = torch.cat([((c.scores.double() - low) / ((high - low) or 1.0))
                                 .masked_fill(~edge, -torch.inf),
-                                torch.zeros(n, 1, dtype=torch.float64)], 1)
+                                torch.zeros(n, 1, dtype=torch.float64)], 1).numpy()
         self.target = torch.cat([c.index.masked_fill(~edge, num_targets),
-                                 torch.full((n, 1), num_targets)], 1)
-        if home is None:
-            home = torch.zeros(num_targets, dtype=torch.long)
-        self.home = torch.cat([home, home.new_full((1,), -1)])[self.target]
-        self.known, self.slot = torch.unique(self.target, return_inverse=True)
-        self.price = torch.zeros(self.known.numel(), dtype=torch.float64)
-        self.sources, self.parts = sources, parts
-        self.choice = torch.full((n,), -1)  # column of the source's target; k: unmatched
-        self.free = torch.arange(n)
-        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+                                 torch.full((n, 1), num_targets)], 1).numpy()
+        home = (np.zeros(num_targets, dtype=np.int64) if home is None else
+                np.asarray(home, dtype=np.int64))
+        self.home = np.append(home, -1)[self.target]
+        known, slot = np.unique(self.target, return_inverse=True)
+        self.slot = slot.reshape(self.target.shape).astype(np.int32)  # half the bytes read
+        self.slot_of = np.full(num_targets + 1, -1)  # a target's slot, -1 where not listed
+        self.slot_of[known] = np.arange(known.size)
+        self.price = np.zeros(known.size)
+        self.sources, self.parts = np.asarray(sources, dtype=np.int64), parts
+        self.choice = np.full(n, -1)  # column of the source's target; k: unmatched
+        self.free = np.arange(n)
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
 
     def bid(self, eps: float, *outcome: Outcome) -> tuple[int, list[Bids]]:
         """Settle the last round (``outcome``: each part's :meth:`Sellers.resolve` for this
         part), then bid: the number of free sources and the bids for each part's targets."""
         self._settle(outcome)
         free = self.free
-        net = self.value[free] - self.price[self.slot[free]]
-        best = net.topk(2, dim=1)
-        col = best.indices[:, 0]
-        out = col == self.k
-        self.choice[free[out]] = self.k
-        row, col = free[~out], col[~out]
+        net = self.value.take(free, axis=0) - self.price.take(self.slot.take(free, axis=0))
+        best = torch.from_numpy(net).topk(2, dim=1)
+        values, col = best.values.numpy(), best.indices[:, 0].numpy()
+        bidding = col != self.k
+        self.choice[free[~bidding]] = self.k
+        row, col = free[bidding], col[bidding]
         t = self.target[row, col]
-        bid = self.price[self.slot[row, col]] + best.values[~out, 0] - best.values[~out, 1] + eps
+        bid = (self.price.take(self.slot[row, col]) + values[bidding, 0]
+               - values[bidding, 1] + eps)
         home = self.home[row, col]
         self.pending, bids = [], []
         for p in range(self.parts):
             m = home == p
             self.pending.append((row[m], col[m]))
-            bids.append((t[m], bid[m], self.sources[row[m]], row[m]))
-        return free.numel(), bids
+            bids.append((t[m], bid[m], self.sources.take(row[m]), row[m]))
+        return free.size, bids
 
     def _settle(self, outcome: tuple[Outcome, ...]) -> None:
         if not outcome:
@@ -340,40 +350,42 @@ class Bidders:
             self.choice[unseated] = -1
             self.choice[row[won]] = col[won]
             lost += [row[~won], unseated]
-            at = torch.searchsorted(self.known, t).clamp(max=self.known.numel() - 1)
-            here = self.known[at] == t
-            self.price[at[here]] = price[here]
-        self.free = torch.cat(lost)
+            at = self.slot_of[t]
+            self.price[at[at >= 0]] = price[at >= 0]
+        self.free = np.concatenate(lost)
 
     def matched(self) -> torch.Tensor:
         """``[n]`` each source's target, ``-1`` where it stays unmatched."""
-        col = self.choice.clamp(max=self.k - 1)[:, None]
-        return torch.where(self.choice < self.k, self.target.gather(1, col).squeeze(1), -1)
+        col = self.choice.clip(max=self.k - 1)[:, None]
+        picked = np.take_along_axis(self.target, col, 1)[:, 0]
+        return torch.from_numpy(np.where(self.choice < self.k, picked, -1))
 
 
 class Sellers:
     """The targets' side of the auction: the price and the holder of the targets ``nodes``
-    (``[m]`` ascending target numbers)."""
+    (``[m]`` ascending target numbers), in NumPy arrays like :class:`Bidders`."""
 
-    def __init__(self, nodes: torch.Tensor) -> None:
-        self.nodes = nodes
-        self.price = torch.zeros(nodes.numel(), dtype=torch.float64)
-        self.owner = torch.full((nodes.numel(),), -1)  # source number
-        self.owner_part = torch.full((nodes.numel(),), -1)
-        self.owner_row = torch.full((nodes.numel(),), -1)  # its row in its part's Bidders
+    def __init__(self, nodes: np.ndarray) -> None:
+        self.nodes = np.asarray(nodes, dtype=np.int64)
+        self.position = np.zeros(int(self.nodes.max(initial=-1)) + 1, dtype=np.int64)
+        self.position[self.nodes] = np.arange(self.nodes.size)  # where each target is
+        self.price = np.zeros(self.nodes.size)
+        self.owner = np.full(self.nodes.size, -1)  # source number
+        self.owner_part = np.full(self.nodes.size, -1)
+        self.owner_row = np.full(self.nodes.size, -1)  # its row in its part's Bidders
 
     def resolve(self, *bids: Bids) -> list[Outcome]:
         """Each target goes to its highest bidder (ties: the lowest source number), unseating
         its holder. ``bids``: each part's :meth:`Bidders.bid` for these targets; returns,
         per part: which of its bids won, its sources unseated, and the new prices."""
-        t = torch.searchsorted(self.nodes, torch.cat([b[0] for b in bids]))
-        bid, source, row = (torch.cat([b[i] for b in bids]) for i in (1, 2, 3))
-        part = torch.repeat_interleave(torch.arange(len(bids)),
-                                       torch.tensor([b[0].numel() for b in bids]))
-        top = torch.full_like(self.price, -torch.inf).scatter_reduce(0, t, bid, "amax")
+        t = self.position[np.concatenate([b[0] for b in bids])]
+        bid, source, row = (np.concatenate([b[i] for b in bids]) for i in (1, 2, 3))
+        part = np.repeat(np.arange(len(bids)), [b[0].size for b in bids])
+        top = np.full(self.price.size, -np.inf)
+        np.maximum.at(top, t, bid)
         high = bid == top[t]
-        first = torch.full_like(self.owner, torch.iinfo(torch.int64).max).scatter_reduce(
-            0, t[high], source[high], "amin")
+        first = np.full(self.owner.size, np.iinfo(np.int64).max)
+        np.minimum.at(first, t[high], source[high])
         won = high & (source == first[t])
         w = t[won]
         held = self.owner[w] >= 0

@@ -151,7 +151,7 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     round) and hands each part its sources' targets. Returns the rounds run in all."""
     w, P, events = workers, len(workers), events or (lambda event, info: None)
     span = spanning(ray.get([w[q].span.remote(*chunks[q]) for q in range(P)]))
-    owner = ray.put(torch.from_numpy(home))
+    owner = ray.put(home)
     ray.get([w[q].bidders.remote(np.concatenate(rows[q]), num_targets, span, owner, P,
                                  *chunks[q]) for q in range(P)]
             + [w[p].sellers.remote(np.flatnonzero(home == p)) for p in range(P)])

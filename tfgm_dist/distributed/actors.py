@@ -92,7 +92,7 @@ class AuctionSide:
         return score_span(_listed(chunks))
 
     def bidders(self, rows: np.ndarray, num_targets: int, span: tuple[float, float],
-                home: torch.Tensor, parts: int, *chunks: tuple[np.ndarray, np.ndarray]) -> None:
+                home: np.ndarray, parts: int, *chunks: tuple[np.ndarray, np.ndarray]) -> None:
         """Take part in the one-to-one auction with the sources ``rows`` (ascending) and
         their lists ``chunks``; ``home``: the part that sells each target."""
         self.listed = _listed(chunks)
@@ -108,25 +108,25 @@ class AuctionSide:
 
     def sellers(self, nodes: np.ndarray) -> None:
         """Take part in the one-to-one auction as the seller of the targets ``nodes``."""
-        self.selling = Sellers(torch.tensor(nodes))
+        self.selling = Sellers(nodes)
 
     def bid(self, eps: float, *outcome: Any) -> tuple:
         """:meth:`Bidders.bid`: the number of free sources, then the bids for each part."""
         start = time.perf_counter()
-        free, bids = _held(self.bidding).bid(eps, *map(_unwired, outcome))
+        free, bids = _held(self.bidding).bid(eps, *outcome)
         self.usage.add("assign", start)
-        return (free, *map(_wired, bids))
+        return (free, *bids)
 
     def resolve(self, *bids: Any) -> Any:
         """:meth:`Sellers.resolve`: each part's outcome (one return per part)."""
         start = time.perf_counter()
-        outcome = [_wired(o) for o in _held(self.selling).resolve(*map(_unwired, bids))]
+        outcome = _held(self.selling).resolve(*bids)
         self.usage.add("assign", start)
         return outcome[0] if len(outcome) == 1 else tuple(outcome)
 
     def entries(self) -> int:
         """The candidate entries of this part's sources (what :meth:`finish` takes over)."""
-        return _held(self.bidding).value.numel()
+        return _held(self.bidding).value.size
 
     def finish(self, num_targets: int, parts: int, *received: Any) -> Any:
         """The whole auction in this process (:func:`~tfgm_dist.assign.auctioned`), on every
@@ -147,18 +147,6 @@ class AuctionSide:
     def adopt(self, matched: np.ndarray) -> None:
         """This part's sources' targets from an auction finished elsewhere (:meth:`finish`)."""
         self.adopted = matched
-
-
-def _wired(message: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
-    """An auction message as NumPy arrays for Ray: a tuple of four small tensors took
-    1.25 ms to pickle and unpickle, of arrays 0.07 ms; a round at P = 2 went from 14-17 ms
-    to 9-12 ms."""
-    return tuple(t.numpy() for t in message)
-
-
-def _unwired(message: tuple[np.ndarray, ...]) -> tuple[torch.Tensor, ...]:
-    """The tensors of a :func:`_wired` message (copies: Ray hands large arrays read-only)."""
-    return tuple(torch.tensor(a) for a in message)
 
 
 @dataclass(frozen=True)
