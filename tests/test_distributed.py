@@ -13,7 +13,7 @@ import ray
 import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
-from tfgm_dist.distributed import graph_parts
+from tfgm_dist.distributed.halo import halo_plans, with_edges
 from tfgm_dist.embed import graph_operator, row_block
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
@@ -75,7 +75,8 @@ def test_each_part_builds_its_rows_and_receives_exactly_its_halo_rows(parts, sel
     op = graph_operator(edges, n, operator, self_loops=self_loops, edge_weight=weight)
     x = torch.randn(n, 5, generator=gen)
     parting = partition(edges, n, parts, seed=0)
-    plan = graph_parts(edges, n, parting, operator, self_loops, weight)
+    plan = [with_edges(gp, edges, weight, parting.part)
+            for gp in halo_plans(edges, n, parting, operator, self_loops, weight)]
     sent = 0
     for p, gp in enumerate(plan):
         built, cut = gp.block(), row_block(op, torch.from_numpy(parting.nodes(p)))

@@ -14,7 +14,8 @@ with the graphs runs in Ray workers, and the driver hands them object references
   (:meth:`~.halo.GraphPart.block`) and, layer by layer, computes its rows
   of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
   other part the slice of that part's rows in its halo, which that part returns as a separate
-  object (:func:`graph_parts` plans who sends which rows to whom).
+  object (:func:`~.halo.halo_plans` plans who sends which rows to whom; a task cuts
+  each part's edges out, :func:`~.halo.with_edges`).
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and each query part's own actor merges the per-shard top-k.
 - **refine**: each part refines the lists of its rows, both directions
@@ -69,11 +70,11 @@ from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, channels, consensus_
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex, finish,
-                     gathered_embedding, part_counts, usage_of, write_part)
+                     gathered_embedding, part_counts, part_of_graph, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
-from .halo import graph_parts
+from .halo import halo_plans
 
-__all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "graph_parts",
+__all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
            "one_to_one", "placement"]
 
 log = logging.getLogger("tfgm_dist")
@@ -231,15 +232,19 @@ class Run:
             # builds a whole graph's operator on the parts' path (0.43 GiB at 1M nodes).
             ec, self.exchange, self.part_refs = cfg.embed, [], []
             for g, parting in zip((pair.source, pair.target), self.parting):
-                parts = graph_parts(g.edge_index, g.num_nodes, parting, ec.operator,
-                                    ec.self_loops, g.edge_weight)
-                self.exchange.append([(gp.needs, gp.consumers) for gp in parts])
-                self.part_refs.append([ray.put(gp) for gp in parts])
-                del parts
+                plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator,
+                                   ec.self_loops, g.edge_weight)
+                self.exchange.append([(gp.needs, gp.consumers) for gp in plans])
+                edges, weights, part = (ray.put(x) for x in (g.edge_index, g.edge_weight,
+                                                             parting.part))
+                self.part_refs.append([part_of_graph.remote(gp, edges, weights, part)
+                                       for gp in plans])
         with self.watch.stage("features"):
             chans, self.inputs = self._inputs()
             self.pair = replace(self.pair, inputs=None)  # the rows the passes reused: put now
-        self.chans = [replace(c, x_s=c.x_s[:0], x_t=c.x_t[:0]) for c in chans]  # no rows
+        # no rows, nor a view that would keep them
+        self.chans = [replace(c, x_s=c.x_s.new_empty((0, c.x_s.size(1))),
+                              x_t=c.x_t.new_empty((0, c.x_t.size(1)))) for c in chans]
         specs = [c.embed for c in chans]
         params = [layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans]
         if cfg.refine.enabled:  # the refinement's psi_2, channel len(chans) of the actors
@@ -435,8 +440,9 @@ class Run:
             mutual = np.concatenate([u for _, u in decided])[order]
             fit = estimate.on_mutual(margin, mutual)
             self_fitted = {**estimate.proxy(mutual, margin), "confidence_fitted_on": fit.fitted_on}
-        out = [w[q].conclude.options(num_returns=2).remote(
-            q, pair.gold, self.prepared, resume, fit) for q in range(P)]
+        gold, prepared = ray.put(pair.gold), ray.put(self.prepared)  # one copy for every part
+        out = [w[q].conclude.options(num_returns=2).remote(q, gold, prepared, resume, fit)
+               for q in range(P)]
         found = metrics.combined(ray.get([o[1] for o in out])) if pair.gold is not None else {}
         if pair.gold is not None and not found["evaluated"]:
             raise InputError(NO_GOLD_ASKED)
@@ -531,8 +537,11 @@ class Run:
         qpart = self.parting[1 - base_graph]
         bpart = self.parting[base_graph]
         shard_ids = [base_nodes[bpart.part[base_nodes] == p] for p in range(self.P)]
-        shard_rows = [bpart.position[ids] for ids in shard_ids]
         shards = [p for p in range(self.P) if shard_ids[p].size]
+        # put once, not sent with every call: 16 chunks x 2 shards of the 1M pair had written
+        # 0.27 GB of copies into the object store from the driver (counted in its RSS)
+        shard_rows = [ray.put(bpart.position[ids]) for ids in shard_ids]
+        shard_ids = [ray.put(ids) for ids in shard_ids]
         trained = (self._trained(opts, base, base_nodes, bpart, shards)
                    if opts["kind"] in IVF_KINDS else None)
         if recall > 0 and trained is not None:

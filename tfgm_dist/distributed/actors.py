@@ -36,7 +36,7 @@ from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_availa
 from ..stopwatch import Stopwatch, peak_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
-from .halo import GraphPart
+from .halo import GraphPart, with_edges
 
 log = logging.getLogger("tfgm_dist")
 
@@ -564,6 +564,13 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
             ) -> Candidates:
     """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""
     return _listed(lists).scatter_rows(torch.from_numpy(np.concatenate(rows)), n)
+
+
+@ray.remote(max_retries=RESTARTS)
+def part_of_graph(plan: GraphPart, edges: torch.Tensor, weights: torch.Tensor | None,
+                  part: np.ndarray) -> GraphPart:
+    """:func:`~.halo.with_edges`: part ``plan``'s edges cut out here, not in the driver."""
+    return with_edges(plan, edges, weights, part)
 
 
 @ray.remote(max_retries=RESTARTS)

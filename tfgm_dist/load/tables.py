@@ -195,19 +195,26 @@ STREAM_BYTES = 1 << 22
 def streamed_batches(path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
     """``columns`` of :func:`parquet_dataset` ``path``'s rows in file order, a batch of
     :data:`STREAM_ROWS` at a time, each file read :data:`STREAM_BYTES` at a time: never a
-    whole column chunk in memory, however large the row groups."""
+    whole column chunk in memory, however large the row groups. Arrow's allocator keeps
+    what a batch freed unless told (``release_unused``, after each batch and when the reader
+    stops early): the sample of vectors the automatic choices read from a 1M-node graph had
+    left 140 MB more in the process."""
     data = parquet_dataset(path)
-    for name in data.files:
-        with reading(path):
-            file = pq.ParquetFile(data.filesystem.open_input_file(name), pre_buffer=False,
-                                  buffer_size=STREAM_BYTES)
-            batches = file.iter_batches(batch_size=STREAM_ROWS, columns=columns)
-        while True:
+    try:
+        for name in data.files:
             with reading(path):
-                batch = next(batches, None)
-            if batch is None:
-                break
-            yield batch
+                file = pq.ParquetFile(data.filesystem.open_input_file(name), pre_buffer=False,
+                                      buffer_size=STREAM_BYTES)
+                batches = file.iter_batches(batch_size=STREAM_ROWS, columns=columns)
+            while True:
+                with reading(path):
+                    batch = next(batches, None)
+                if batch is None:
+                    break
+                yield batch
+                pa.default_memory_pool().release_unused()
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
 def edge_columns(present: list[str], path: Path, names: dict[str, str]) -> list[str]:
