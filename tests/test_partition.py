@@ -60,16 +60,3 @@ def test_the_same_seed_gives_the_same_parts_and_an_unknown_method_is_refused():
     with pytest.raises(ValueError, match="streaming"):
         partition(edge_index, truth.size, 3, method="fennel")
 
-
-def test_auto_streams_large_graphs_and_leaves_small_ones_to_metis(monkeypatch):
-    """``auto`` holds no whole adjacency from STREAMING_MIN_NODES nodes on (lowered here to
-    the test graph's size); below it METIS (or rcm without pymetis) cuts the small graph."""
-    import tfgm_dist.partition as partition_module
-    edge_index, truth = planted(seed=3)
-    small = partition(edge_index, truth.size, 2)
-    assert small.method == ("metis" if partition_module.pymetis is not None else "rcm")
-    monkeypatch.setattr(partition_module, "STREAMING_MIN_NODES", truth.size)
-    large = partition(edge_index, truth.size, 2)
-    assert large.method == "streaming"
-    assert np.array_equal(large.part, partition(edge_index, truth.size, 2,
-                                                method="streaming").part)

@@ -196,8 +196,7 @@ class RayConfig:
     # embed, for align-supervised 1/P of the collection's labelled nodes; 0: see cli / jobs.align
     partitions: Count = 0
     address: Str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
-    # how the graphs are split (tfgm_dist.partition); auto: streaming from 200,000 nodes,
-    # else METIS when pymetis is installed
+    # how the graphs are split (tfgm_dist.partition); auto: METIS when pymetis is installed
     partitioner: Partitioner = "auto"
 
 
