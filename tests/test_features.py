@@ -95,7 +95,8 @@ def test_char_ngrams_are_the_grams_of_each_character_window(n):
     side, bucket crc32(gram) mod dim, IDF over both lists; names of other scripts, empty and
     short ones."""
     import zlib
-    names = [["Ab", "", "x", "北京市", "Ünïcödé ß", "a  b"], ["AB", "Straße", "q", "🙂 ok"]]
+    names = [["Ab", "", "x", "北京市", "Ünïcödé ß", "a  b"],
+             ["AB", "Straße", "q", "🙂 ok"]]
     dim = 64
     got = dense_ngrams(names, n=n, dim=dim)
     df, counts = np.zeros(dim), []

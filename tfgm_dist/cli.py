@@ -50,9 +50,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine", action=argparse.BooleanOptionalAction, default=None,
                    help="training-free consensus refinement (default: chosen from the "
                    "input, on up to 200,000 nodes)")
-    p.add_argument("--assign", choices=ASSIGN_METHODS, help="decoding (default: chosen from the input, "
-                   "one-to-one unless sources far outnumber the targets or the held-out "
-                   "seeds decode better otherwise)")
+    p.add_argument("--assign", choices=ASSIGN_METHODS,
+                   help="decoding (default: chosen from the input, one-to-one unless sources "
+                   "far outnumber the targets or the held-out seeds decode better otherwise)")
     p.add_argument("--min-confidence", type=float, metavar="C",
                    help="write only sources whose match has confidence >= C, in [0, 1]")
     p.add_argument("--seed", type=int, help="random seed (default 0)")

@@ -123,10 +123,10 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
     listed there; without it nodes are numbered in order of first appearance. Edges are read
     a batch at a time (:func:`streamed_batches`), so that large files stream. Either may be
     a folder of part files, as Spark and Hive write them, or a Delta table
-    (:func:`parquet_dataset`); ``path`` itself may be a Delta table of edges. ``names`` maps the layout's column names to the user's
-    (:func:`~tfgm_dist.config.column_names`). ``deferred``: the nodes' names and vectors are
-    left in the file (:attr:`Graph.content`), their types checked, for the parts of a run to
-    read.
+    (:func:`parquet_dataset`); ``path`` itself may be a Delta table of edges. ``names`` maps
+    the layout's column names to the user's (:func:`~tfgm_dist.config.column_names`).
+    ``deferred``: the nodes' names and vectors are left in the file (:attr:`Graph.content`),
+    their types checked, for the parts of a run to read.
     """
     if not path.is_dir():
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet")
