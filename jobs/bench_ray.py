@@ -11,8 +11,9 @@
 Every run is the real command, ``tfgm-dist align [--partitions P]``, in a new process that
 starts its own local Ray cluster (the start is part of the wall time, as it is for a user).
 Prints one Markdown table per input: wall seconds, seconds per stage, Hits@1, the peak RSS
-of the driver and of the largest Ray process, their sum over all Ray processes, and the
-overhead against the single-process run.
+of the driver and of the largest Ray process, the largest private memory of a Ray process
+(its resident set without the object store's pages, ``private_bytes``), the sum of the peaks
+over all Ray processes, and the overhead against the single-process run.
 
 - DBP15k: the protocol of ``bench_engine`` (seeds, ranked against the test targets) with no
   config file: refinement and the one-to-one auction on the part actors.
@@ -55,18 +56,20 @@ def _row(label: str, wall: float, m: dict, base: float | None) -> str:
     seconds = " ".join(f"{k} {m['seconds'][k]:.1f}" for k in STAGES if k in m["seconds"])
     procs = m.get("ray", {}).get("processes", [])
     largest = max((p["peak_rss_bytes"] for p in procs), default=0)
+    private = max((p.get("private_bytes") or 0 for p in procs), default=0)
     total = m["peak_rss_bytes"] + sum(p["peak_rss_bytes"] for p in procs)
     over = "-" if base is None else f"{wall - base:+.1f} s ({wall / base:.2f}x)"
     return (f"| {label} | {wall:.1f} | {over} | {seconds} | {100 * m['hits@1']:.2f} | "
             f"{100 * m.get('accuracy', float('nan')):.2f} | {m['peak_rss_bytes'] / 2**30:.2f} | "
-            f"{largest / 2**30:.2f} | {total / 2**30:.2f} |")
+            f"{largest / 2**30:.2f} | {private / 2**30:.2f} | {total / 2**30:.2f} |")
 
 
 def _table(title: str, args: list[str], partitions: list[int], out: Path) -> None:
     print(f"\n### {title}\n")
     print("| run | wall s | overhead vs 1 process | seconds per stage | Hits@1 | 1:1 acc. "
-          "| driver GiB | largest Ray process GiB | all processes GiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| driver GiB | largest Ray process GiB | its own memory, largest GiB "
+          "| all processes GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for p in [0, *partitions]:
         extra = ["--partitions", str(p)] if p else []

@@ -119,6 +119,9 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
     assert roles[:p] == [f"part {q}" for q in range(p)] and "refine+assign" in roles
     assert all(proc["peak_rss_bytes"] > 0 for proc in metrics["ray"]["processes"])
+    # its own memory, without the object store's pages: below the peak of all it touched
+    assert all(0 < proc["private_bytes"] < proc["peak_rss_bytes"]
+               for proc in metrics["ray"]["processes"])
     assert {"embed", "search", "refine+assign", "write"} <= set(metrics["seconds"])
     assert single["rows"] == metrics["rows"] == 1004
 

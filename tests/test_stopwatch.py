@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tfgm_dist import cli
-from tfgm_dist.stopwatch import JsonFormatter, Progress
+from tfgm_dist.stopwatch import JsonFormatter, Progress, private_rss_bytes
 
 
 def test_progress_logs_the_share_done_and_the_time_left(caplog):
@@ -64,3 +64,12 @@ def test_log_levels_from_the_options(monkeypatch, options, level):
     cli.start_logging(cli.parser().parse_args([*options, "synth", "out"]))
     assert logging.getLevelName(logging.root.level) == level
     assert not isinstance(logging.root.handlers[0].formatter, JsonFormatter)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_private_memory_grows_with_what_this_process_allocates():
+    import numpy as np
+    before = private_rss_bytes()
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB of this process's own pages, touched
+    after = private_rss_bytes()
+    assert block.sum() > 0 and after - before >= 60 * 2**20

@@ -23,6 +23,21 @@ def peak_rss_bytes() -> int:
     return max(own, children) * 1024
 
 
+def private_rss_bytes() -> int | None:
+    """This process's resident memory of its own (``RssAnon`` of ``/proc/self/status``):
+    not the shared pages of Ray's object store it read or wrote, which the resident set
+    counts in every process that touched them (a part actor of the 1M pair at P = 4: 1.3 GiB
+    its own, 3.1-3.8 GiB more of the store). ``None`` where ``/proc`` has no such line."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 @dataclass
 class Stopwatch:
     """Seconds per stage, logged as each stage ends.

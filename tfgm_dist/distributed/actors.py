@@ -33,7 +33,7 @@ from ..pipeline import (Content, Pair, Plan, Result, Scored, conclude, content_c
 from ..refine import list_width
 from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
                       probe, search, set_nprobe, taken, trained_index, trained_on)
-from ..stopwatch import Stopwatch, peak_rss_bytes
+from ..stopwatch import Stopwatch, peak_rss_bytes, private_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
 from .halo import GraphPart, with_edges
@@ -54,14 +54,25 @@ class Usage:
 
     role: str
     seconds: dict[str, float] = field(default_factory=dict)
+    private: int | None = None  # the largest private_rss_bytes() at the end of a call
 
     def add(self, stage: str, start: float) -> None:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+        self._sample()
+
+    def _sample(self) -> None:
+        now = private_rss_bytes()
+        if now is not None:
+            self.private = max(now, self.private or 0)
 
     def report(self) -> dict[str, Any]:
+        """``peak_rss_bytes`` counts the object store's pages this process touched;
+        ``private_bytes`` is its own memory, sampled as each call ends (not between)."""
+        self._sample()
         return {"role": self.role, "host": socket.gethostname(),
                 "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "seconds": self.seconds, "peak_rss_bytes": peak_rss_bytes()}
+                "seconds": self.seconds, "peak_rss_bytes": peak_rss_bytes(),
+                "private_bytes": self.private}
 
 
 def _threads(num_cpus: float) -> int:

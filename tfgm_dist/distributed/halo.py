@@ -95,7 +95,7 @@ def with_edges(plan: GraphPart, edge_index: torch.Tensor, edge_weight: torch.Ten
     """``plan`` (of part ``p``, :func:`halo_plans`) with the edges of ``edge_index`` that
     have an end in its part (``part``: every node's part), and their weights."""
     p = int(part[plan.nodes[0]]) if plan.nodes.size else -1
-    on = torch.from_numpy(part)
-    touching = (on[edge_index[0]] == p) | (on[edge_index[1]] == p)
+    u, v = edge_index.numpy()
+    touching = torch.from_numpy((part[u] == p) | (part[v] == p))
     return replace(plan, edges=edge_index[:, touching],
                    weights=None if edge_weight is None else edge_weight[touching])
