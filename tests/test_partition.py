@@ -59,4 +59,3 @@ def test_the_same_seed_gives_the_same_parts_and_an_unknown_method_is_refused():
     assert np.array_equal(a.part, b.part) and a.method == "streaming"
     with pytest.raises(ValueError, match="streaming"):
         partition(edge_index, truth.size, 3, method="fennel")
-

@@ -351,7 +351,8 @@ class Bidders:
             self.choice[row[won]] = col[won]
             lost += [row[~won], unseated]
             at = self.slot_of[t]
-            self.price[at[at >= 0]] = price[at >= 0]
+            listed = at >= 0
+            self.price[at[listed]] = price[listed]
         self.free = np.concatenate(lost)
 
     def matched(self) -> torch.Tensor:
