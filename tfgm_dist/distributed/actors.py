@@ -252,7 +252,8 @@ class PartWorker(AuctionSide):
                                                    axis=1), dtype=np.float32)
 
     def rows_of(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``x[rows]``: this part's share of a training sample of its embedding ``x``."""
+        """``x[rows]`` of this part's embedding ``x``: its share of a training sample, or a
+        chunk of its queries for the shards to search."""
         return x[rows]
 
     def index_kind(self, kind: str) -> str:
@@ -285,13 +286,12 @@ class PartWorker(AuctionSide):
         self.usage.add("search", start)
         return out
 
-    def search(self, key: str, k: int, queries: np.ndarray, rows: np.ndarray, base: np.ndarray,
+    def search(self, key: str, k: int, queries: np.ndarray, base: np.ndarray,
                base_rows: np.ndarray, base_ids: np.ndarray, options: dict,
                trained: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`SearchShard.search` of ``queries[rows]``."""
+        """:meth:`SearchShard.search` of ``queries``, one chunk of a query part."""
         start = time.perf_counter()
-        out = self.shard.search(key, k, taken(queries, rows), base, base_rows, base_ids, options,
-                                trained)
+        out = self.shard.search(key, k, queries, base, base_rows, base_ids, options, trained)
         self.usage.add("search", start)
         return out
 
