@@ -291,6 +291,23 @@ def test_parquet_deferred_bad_features_name_the_node_when_its_part_reads_them(tm
         g.of_nodes(np.array([1, 2])).content.features(np.arange(2))
 
 
+def test_parquet_deferred_content_of_a_file_shortened_since_the_load_is_one_error(tmp_path):
+    """A part reads its rows of nodes.parquet after the driver read the ids: a file that
+    lost rows meanwhile (a writer replacing it) is an error naming it, not rows left as
+    they were allocated."""
+    directory = parquet_dir(tmp_path, {"src": ["a", "b"], "dst": ["b", "c"]},
+                            {"id": ["a", "b", "c", "d"], "name": ["aa", "bb", "cc", "dd"],
+                             "features": [[1.0], [2.0], [3.0], [4.0]]})
+    g = load_graph(directory, deferred=True)
+    pq.write_table(pa.table({"id": ["a", "b"], "name": ["aa", "bb"], "features": [[1.0], [2.0]]}),
+                   directory / "nodes.parquet")
+    assert g.of_nodes(np.array([1, 0])).content.names(np.arange(2)) == ["bb", "aa"]
+    for read in (lambda c: c.names(np.arange(2)), lambda c: c.features(np.arange(2))):
+        with raises(str(directory / "nodes.parquet"), "2 rows, fewer than when the job read "
+                    "its ids (4 at least)"):
+            read(g.of_nodes(np.array([1, 3])).content)
+
+
 def test_parquet_part_file_folders_as_spark_writes_them_read_in_path_order(tmp_path):
     directory = tmp_path / "graph"
     for name, parts in (("edges.parquet", [{"src": [3, 1], "dst": [1, 2]},

@@ -290,16 +290,20 @@ class NodeContent:
         wanted = self.rows[np.asarray(nodes, dtype=np.int64)]
         order = np.argsort(wanted, kind="stable")
         wanted = wanted[order]
-        offset = 0
+        offset = done = 0
         for batch in streamed_batches(self.path, [self.columns["id"], self.columns[column]]) \
                 if wanted.size else []:
-            lo, hi = np.searchsorted(wanted, [offset, offset + batch.num_rows])
-            if hi > lo:
-                table = pa.Table.from_batches([batch.take(pa.array(wanted[lo:hi] - offset))])
-                yield order[lo:hi], table.rename_columns(["id", column])
+            lo, done = np.searchsorted(wanted, [offset, offset + batch.num_rows])
+            if done > lo:
+                table = pa.Table.from_batches([batch.take(pa.array(wanted[lo:done] - offset))])
+                yield order[lo:done], table.rename_columns(["id", column])
             offset += batch.num_rows
-            if hi == wanted.size:  # the rest of the file holds none of them
+            if done == wanted.size:  # the rest of the file holds none of them
                 break
+        if done < wanted.size:  # those rows would be left as they were allocated
+            raise InputError(f"{self.path}: {offset} rows, fewer than when the job read its "
+                             f"ids ({int(wanted[-1]) + 1} at least): was it changed while the "
+                             "job ran?")
 
 
 def node_content(path: Path, names: dict[str, str], num_nodes: int) -> NodeContent | None:
