@@ -74,6 +74,21 @@ def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_
             for b in (1, 3, 2048)] == [0.5] * 3
 
 
+def test_given_vectors_keep_their_width_while_a_graph_holds_few_values():
+    # up to 512 wide, or n x width up to 2^24 values: kept as given
+    assert [auto.vector_width(w, n) for w, n in ((100, 10**6), (512, 10**7), (1433, 2708),
+                                                 (1000, 16_777))] == [100, 512, 1433, 1000]
+    # beyond: the widest multiple of 128 within 2^24 values, at least 256
+    assert [auto.vector_width(w, n) for w, n in ((1000, 16_778), (3703, 20_000),
+                                                 (1000, 10**6))] == [896, 768, 256]
+    pair = pipeline.Pair(ring(60, features=torch.rand(60, 1000)),
+                         ring(60, features=torch.rand(60, 1000)))
+    cfg, report = auto.settle(pair, Config())
+    assert cfg.features.project_dim == 0 and "kept 1000 wide" in report["why"]["embed"]
+    cfg, _ = auto.settle(pair, from_dict({"features": {"project_dim": 64}}))
+    assert cfg.features.project_dim == 64  # the user's setting wins
+
+
 def test_without_seeds_far_more_sources_than_targets_decode_by_each_sources_best():
     # 90 sources for 50 targets: at least 40 have no counterpart and would take targets
     crowded = pipeline.Pair(ring(90), ring(50))

@@ -107,6 +107,13 @@ CONTENT_LAYERS = (2, 3)
 # (shares 0.19-0.72) it lifted Hits@1 by +0.9 to +21.4 points; with 4 of 1,000 (0.00-0.01) it
 # moved them by -2.0 to +2.6 for up to 47 % more time, and it slowed synthetic pairs (0.00).
 LOOKALIKE_SHARE = 0.1
+# Given vectors keep their own width up to 512, or while a graph's rows hold at most
+# RAW_CELLS values; else they are projected to as wide as that allows (a multiple of 128, at
+# least 256). A random projection blurs every score by about 1 / sqrt(width): on attributed
+# dev pairs with 4 of 1,000 words per node, kept at 1,000 against projected to 256, Hits@1
+# +1.5 to +2.4 with seeds and +1.4 / +2.0 without, for 1.6-1.9x the time (a DBP15k structure
+# copy of 14,000 nodes: 20 -> 32 s); the input block alone at full width got a third of it.
+RAW_CELLS = 1 << 24
 # select scores every held-out query against every searchable target, per part and mix: on
 # a synthetic 100,000-node pair with 30 % seeds 3,000 x 73,000 scores took 109 s of a 330 s
 # run (a million nodes would take hours); 1,369 x 73,000 (10^8) 55 s. Beyond SELECT_CELLS
@@ -146,9 +153,12 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         alike = max(features.lookalike_share(g.feature_rows, g.num_nodes, seed=cfg.seed)
                     for g in (pair.source, pair.target))
         structure = alike >= LOOKALIKE_SHARE
-        chosen.update({"embed.layers": 2, "features.project_dim": 256 if width > 512 else 0,
+        dim = vector_width(width, n)
+        chosen.update({"embed.layers": 2, "features.project_dim": 0 if dim == width else dim,
                        "structure.enabled": structure})
-        why["embed"] = "given vectors: 2 layers" + (", projected to 256" if width > 512 else "")
+        why["embed"] = ("given vectors: 2 layers, " + (f"kept {width} wide" if dim == width else
+                        f"projected from {width} to {dim} (at most {RAW_CELLS} values a "
+                        "graph)"))
         sc = cfg.structure
         why["structure"] = (
             f"given vectors: {alike:.0%} of sampled nodes have a look-alike (cosine >= 0.95) "
@@ -217,6 +227,15 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     settled = _apply(cfg, open_keys)
     return settled, {"enabled": True, "kind": kind, "nodes": n, "chosen": open_keys,
                      "kept_from_user": user, "why": why}
+
+
+def vector_width(width: int, nodes: int) -> int:
+    """The width given vectors of ``width`` are embedded at in graphs of up to ``nodes``
+    nodes: their own up to 512 or while ``nodes x width`` is at most :data:`RAW_CELLS`, else
+    the widest multiple of 128 within it, and never below 256."""
+    if width <= 512 or nodes * width <= RAW_CELLS:
+        return width
+    return min(width, max(256, RAW_CELLS // max(1, nodes) // 128 * 128))
 
 
 def _apply(cfg: Config, values: dict[str, Any]) -> Config:
