@@ -13,6 +13,7 @@ import ray
 import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
+from tfgm_dist.distributed import held_once
 from tfgm_dist.distributed.halo import halo_plans, with_edges
 from tfgm_dist.embed import graph_operator, row_block
 from tfgm_dist.errors import InputError
@@ -75,7 +76,7 @@ def test_each_part_builds_its_rows_and_receives_exactly_its_halo_rows(parts, sel
     op = graph_operator(edges, n, operator, self_loops=self_loops, edge_weight=weight)
     x = torch.randn(n, 5, generator=gen)
     parting = partition(edges, n, parts, seed=0)
-    plan = [with_edges(gp, edges, weight, parting.part)
+    plan = [with_edges(gp, edges.numpy(), weight.numpy(), parting.part)
             for gp in halo_plans(edges, n, parting, operator, self_loops, weight)]
     sent = 0
     for p, gp in enumerate(plan):
@@ -94,6 +95,20 @@ def test_each_part_builds_its_rows_and_receives_exactly_its_halo_rows(parts, sel
         assert gp.edges.size(1) < edges.size(1) or parts == 1  # only the edges that touch it
         sent += outside
     assert (sent == 0) == (parts == 1)
+
+
+def test_a_graph_put_for_the_parts_is_held_once_by_the_driver(cluster):
+    """The driver's edges become a view of the object it put (not a second copy), with the
+    same values, still readable after the object's reference is dropped."""
+    edges = torch.randint(0, 1000, (2, 50_000), generator=torch.Generator().manual_seed(0))
+    before, view = edges.clone(), edges
+    ref = held_once(edges)
+    stored = ray.get(ref)
+    assert edges is view and torch.equal(edges, before)  # every holder sees the same tensor
+    assert edges.data_ptr() == stored.ctypes.data and not stored.flags.writeable
+    del ref, stored
+    assert torch.equal(edges, before)
+    assert ray.get(held_once(None)) is None
 
 
 def test_partition_refuses_more_parts_than_nodes():

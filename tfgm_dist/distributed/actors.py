@@ -578,7 +578,7 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
 
 
 @ray.remote(max_retries=RESTARTS)
-def part_of_graph(plan: GraphPart, edges: torch.Tensor, weights: torch.Tensor | None,
+def part_of_graph(plan: GraphPart, edges: np.ndarray, weights: np.ndarray | None,
                   part: np.ndarray) -> GraphPart:
     """:func:`~.halo.with_edges`: part ``plan``'s edges cut out here, not in the driver."""
     return with_edges(plan, edges, weights, part)

@@ -90,12 +90,15 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
     return plans
 
 
-def with_edges(plan: GraphPart, edge_index: torch.Tensor, edge_weight: torch.Tensor | None,
+def with_edges(plan: GraphPart, edge_index: np.ndarray, edge_weight: np.ndarray | None,
                part: np.ndarray) -> GraphPart:
-    """``plan`` (of part ``p``, :func:`halo_plans`) with the edges of ``edge_index`` that
-    have an end in its part (``part``: every node's part), and their weights."""
+    """``plan`` (of part ``p``, :func:`halo_plans`) with the edges of ``edge_index``
+    (``[2, E]``) that have an end in its part (``part``: every node's part), and their
+    weights. The arrays are numpy, as a task reads them from the object store (read-only,
+    not copied); the cut-out edges are new tensors."""
     p = int(part[plan.nodes[0]]) if plan.nodes.size else -1
-    u, v = edge_index.numpy()
-    touching = torch.from_numpy((part[u] == p) | (part[v] == p))
-    return replace(plan, edges=edge_index[:, touching],
-                   weights=None if edge_weight is None else edge_weight[touching])
+    u, v = edge_index
+    touching = (part[u] == p) | (part[v] == p)
+    return replace(plan, edges=torch.from_numpy(edge_index[:, touching]),
+                   weights=None if edge_weight is None else
+                   torch.from_numpy(edge_weight[touching]))
