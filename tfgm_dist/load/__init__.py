@@ -45,15 +45,14 @@ def load_graph(path: str | Path, fmt: str | None = None, columns: str = "",
     """
     path = Path(path)
     fmt = guess_format(path) if fmt is None else fmt
-    loaders = {"edgelist": load_edge_list, "triples": load_triples, "gw": load_leda}
-    if fmt != "parquet" and fmt not in loaders:
+    loaders = {"edgelist": load_edge_list, "triples": load_triples, "gw": load_leda,
+               "parquet": lambda at: load_parquet_dir(at, column_names(columns), deferred)}
+    if fmt not in loaders:
         raise InputError(f"{path}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if columns and fmt != "parquet":
         raise InputError(f"{path}: column names apply to the Parquet layout; a {fmt} file is "
                          "read by position")
     try:
-        if fmt == "parquet":
-            return load_parquet_dir(path, column_names(columns), deferred)
         return loaders[fmt](path)
     finally:
         # Arrow's allocator keeps what the numbering's whole-column kernels freed: a 1M-node
