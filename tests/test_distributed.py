@@ -269,8 +269,8 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
 
     real_read = NodeContent._read
     monkeypatch.setattr(Graph, "with_content", guarded)
-    monkeypatch.setattr(NodeContent, "_read", lambda c, nodes, column: read.append(
-        len(nodes)) or real_read(c, nodes, column))
+    monkeypatch.setattr(NodeContent, "_read", lambda c, nodes, columns: read.append(
+        len(nodes)) or real_read(c, nodes, columns))
     two = run_job(job(base, tmp_path / "p2", 2, **paths))
     assert single["auto"]["kind"] == two["auto"]["kind"] == (
         "names" if content == "names" else "given")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jobs.dbp15k import load_dbp15k
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
-from tfgm_dist.load import load_graph, load_id_list, load_pairs
+from tfgm_dist.load import load_graph, load_id_list, load_pairs, tables
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(),
@@ -289,6 +289,22 @@ def test_parquet_deferred_bad_features_name_the_node_when_its_part_reads_them(tm
                        torch.tensor([[1.0, 1.0], [1.0, 2.0]]))
     with raises(str(directory / "nodes.parquet"), "node 'b' has a NaN"):
         g.of_nodes(np.array([1, 2])).content.features(np.arange(2))
+
+
+def test_parquet_deferred_names_and_vectors_are_read_in_one_pass(tmp_path, monkeypatch):
+    """A graph whose nodes.parquet holds names and vectors reads both in one pass over the
+    file, not one per column."""
+    directory = parquet_dir(tmp_path, {"src": ["a", "b"], "dst": ["b", "c"]},
+                            {"id": ["c", "a", "b"], "name": ["cc", "aa", "bb"],
+                             "features": [[3.0], [1.0], [2.0]]})
+    whole, deferred = load_graph(directory), load_graph(directory, deferred=True)
+    passes, real = [], tables.streamed_batches
+    monkeypatch.setattr(tables, "streamed_batches",
+                        lambda path, columns: passes.append(columns) or real(path, columns))
+    read = deferred.with_content()
+    assert passes == [["id", "name", "features"]]
+    assert read.names == whole.names and torch.equal(read.features, whole.features)
+    assert deferred.content.read(np.array([2, 0]), features=False) == (["bb", "cc"], None)
 
 
 def test_parquet_deferred_content_of_a_file_shortened_since_the_load_is_one_error(tmp_path):

@@ -122,10 +122,8 @@ class Graph:
         """The graph with its names and vectors read (the graph itself when they were)."""
         if self.content is None:
             return self
-        every = np.arange(self.num_nodes)
-        c = self.content
-        return replace(self, names=c.names(every) if c.has_names else None,
-                       features=c.features(every) if c.has_features else None, content=None)
+        names, features = self.content.read(np.arange(self.num_nodes))
+        return replace(self, names=names, features=features, content=None)
 
     def index_of(self, user_ids: pa.Array | list, what: str,
                  where: Callable[[int], str] | None = None) -> np.ndarray:

@@ -265,38 +265,47 @@ class NodeContent:
 
     def names(self, nodes: np.ndarray) -> list[str]:
         """The names of node numbers ``nodes``, in their order."""
-        out = np.empty(len(nodes), dtype=object)
-        for at, table in self._read(nodes, "name"):
-            out[at] = node_names(table, self.path)
-        return out.tolist()
+        return self.read(nodes, names=True, features=False)[0]
 
     def features(self, nodes: np.ndarray) -> torch.Tensor:
-        """The ``[len(nodes), width]`` vectors of node numbers ``nodes``, in their order,
-        filled in a batch of the file at a time (a copy of the part's rows at most, not
-        three: a million rows read by two parts had peaked at 1.8 GiB more)."""
-        out = torch.empty(len(nodes), self.width)
-        for at, table in self._read(nodes, "features"):
-            x = node_features(table, self.path)
-            if x.size(1) != self.width:
-                raise InputError(f"{self.path}: node {table.column('id')[0].as_py()!r} has "
-                                 f"{x.size(1)} features, the first node of the file "
-                                 f"{self.width}")
-            out[torch.from_numpy(at)] = x
-        return out
+        """The ``[len(nodes), width]`` vectors of node numbers ``nodes``, in their order."""
+        return self.read(nodes, names=False, features=True)[1]
 
-    def _read(self, nodes: np.ndarray, column: str) -> Iterator[tuple[np.ndarray, pa.Table]]:
+    def read(self, nodes: np.ndarray, names: bool = True, features: bool = True
+             ) -> tuple[list[str] | None, torch.Tensor | None]:
+        """The names and the ``[len(nodes), width]`` vectors of node numbers ``nodes``, in
+        their order (``None`` where not asked for or not held), in one pass over the file,
+        filled a batch of it at a time (a copy of the part's rows at most, not three: a
+        million rows read by two parts had peaked at 1.8 GiB more)."""
+        named = np.empty(len(nodes), dtype=object) if names and self.has_names else None
+        vectors = torch.empty(len(nodes), self.width) if features and self.has_features else None
+        columns = [c for c, x in (("name", named), ("features", vectors)) if x is not None]
+        for at, table in self._read(nodes, columns) if columns else []:
+            if named is not None:
+                named[at] = node_names(table, self.path)
+            if vectors is not None:
+                x = node_features(table, self.path)
+                if x.size(1) != self.width:
+                    raise InputError(f"{self.path}: node {table.column('id')[0].as_py()!r} has "
+                                     f"{x.size(1)} features, the first node of the file "
+                                     f"{self.width}")
+                vectors[torch.from_numpy(at)] = x
+        return None if named is None else named.tolist(), vectors
+
+    def _read(self, nodes: np.ndarray, columns: list[str]
+              ) -> Iterator[tuple[np.ndarray, pa.Table]]:
         """Per batch of the file holding some of ``nodes``' rows: their positions in
-        ``nodes`` and their ``id`` and ``column``, streamed (:func:`streamed_batches`)."""
+        ``nodes`` and their ``id`` and ``columns``, streamed (:func:`streamed_batches`)."""
         wanted = self.rows[np.asarray(nodes, dtype=np.int64)]
         order = np.argsort(wanted, kind="stable")
         wanted = wanted[order]
         offset = done = 0
-        for batch in streamed_batches(self.path, [self.columns["id"], self.columns[column]]) \
-                if wanted.size else []:
+        read = [self.columns[c] for c in ("id", *columns)]
+        for batch in streamed_batches(self.path, read) if wanted.size else []:
             lo, done = np.searchsorted(wanted, [offset, offset + batch.num_rows])
             if done > lo:
                 table = pa.Table.from_batches([batch.take(pa.array(wanted[lo:done] - offset))])
-                yield order[lo:done], table.rename_columns(["id", column])
+                yield order[lo:done], table.rename_columns(["id", *columns])
             offset += batch.num_rows
             if done == wanted.size:  # the rest of the file holds none of them
                 break
