@@ -435,6 +435,24 @@ def test_chosen_rounds_do_not_start_where_the_held_out_run_misses_almost_nothing
     assert len(asked.report["bootstrap"]["tried"]) == 1  # a user's rounds always start
 
 
+def test_a_chosen_round_follows_only_a_round_that_gained_enough(tmp_path, monkeypatch):
+    paths = write_pair(tmp_path, 1500, seed=4, mean_degree=4, edge_noise=0.2,
+                       feature_noise=2.0, feature_dim=16)  # two rounds each gain 2-5 points
+    pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
+    g_s, g_t = pair.gold
+    seeded = pipeline.Pair(pair.source, pair.target, seeds=(g_s[:300], g_t[:300]))
+    _, _, both = auto.prepare(seeded, Config(), Stopwatch())
+    first = both.report["bootstrap"]["tried"][0]
+    assert len(both.report["bootstrap"]["tried"]) == 2 and first["gain"] >= auto.MIN_ROUND_GAIN
+    monkeypatch.setattr(auto, "MIN_ROUND_GAIN", first["gain"] + 0.001)
+    _, _, one = auto.prepare(seeded, Config(), Stopwatch())
+    report = one.report["bootstrap"]
+    assert report["tried"] == [first] and report["rounds"] == 1
+    assert "too little" in report["why"] and one.estimate["hits@1"] == first["held_out_hits@1"]
+    _, _, asked = auto.prepare(seeded, from_dict({"bootstrap": {"rounds": 2}}), Stopwatch())
+    assert len(asked.report["bootstrap"]["tried"]) == 2  # a user's rounds always start
+
+
 @needs_yeast
 def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
     """Two noisy copies of yeast with 20 % seeds: a third of the mutual best matches are

@@ -87,6 +87,13 @@ MIN_MISSED = 5
 # hints 0.27 and 0.34 of the kept seeds on two of them; on a yeast copy and DBP15k zh-en,
 # where rounds lifted the held-out estimate, 1.4 and 2.4.
 MIN_HINT_SHARE = 0.5
+# ... and a chosen round after the first starts only where the round before it lifted the
+# held-out Hits@1 by at least this much: rounds give less each time, and a round is a whole
+# pass. On DBP15k zh-en the first round gained 0.4 points (2 of 450 held out) and the second
+# 0.2 for 6 s of 24 (one-to-one 96.05 with one round, 95.90 with two); on ja-en the second
+# was tried and not kept (5.7 s). Where the first gained 1.9-5.3 points (copies of DBP15k
+# and yeast whose nodes carry few or no features) the second added 0.4-0.9 to the output.
+MIN_ROUND_GAIN = 0.01
 HELD_OUT_SHARE = 0.1
 # With few seeds a tenth is too few to choose or estimate on: a yeast copy's 122 seeds hold
 # out 12 (a standard error of 12.5 points), and on pairs holding out 12-101 the estimate erred
@@ -215,9 +222,9 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         "one round: the mutual best matches of a first pass with confidence >= "
         f"{HINT_CONFIDENCE:g} become anchors of the output pass (DBP15k one-to-one 93.9 / 97.3 / "
         "99.2; 91.3 / 96.6 / 99.0 without bootstrapping)" if hinted else
-        f"up to {SEEDED_ROUNDS} rounds, each kept while the held-out estimate improves: the "
-        f"mutual best matches of confidence >= {HINT_CONFIDENCE:g} become anchors of the "
-        "next pass" if seeded else
+        f"up to {SEEDED_ROUNDS} rounds, each kept while the held-out estimate improves, the "
+        f"next only after a gain of {MIN_ROUND_GAIN:g}: the mutual best matches of confidence "
+        f">= {HINT_CONFIDENCE:g} become anchors of the next pass" if seeded else
         "the polish instead: on yeast a bootstrapping pass before it added nothing (-0.6 to "
         "+0.5 points, 3 runs per noise level) for 2 s more" if polish
         else "no backward search: the hints would be mutual only among the lists, and a "
@@ -575,8 +582,9 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
     """Seeded bootstrapping on the folds' runs ``guesses`` (estimate ``found``): each round
     the :func:`confident_matches` of every fold become its hints, kept while the held-out
     estimate improves. Rounds the user did not ask for do not start where the held-out run
-    misses fewer than :data:`MIN_MISSED` seeds or the hints are fewer than
-    :data:`MIN_HINT_SHARE` of the kept seeds. Returns the runs and estimate of the last kept
+    misses fewer than :data:`MIN_MISSED` seeds, the hints are fewer than
+    :data:`MIN_HINT_SHARE` of the kept seeds, or the round before gained less than
+    :data:`MIN_ROUND_GAIN`. Returns the runs and estimate of the last kept
     round, its first fold's hints (``None`` when no round was kept) and the report."""
     helds = [held for _, held in trials]
     chosen = not cfg.is_set("bootstrap.rounds")
@@ -587,6 +595,10 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
         rounds, why = 0, (f"the held-out run missed {missed} of {found['held_out']}: no round "
                           "could show a gain")
     for _ in range(rounds):
+        if chosen and tried and tried[-1]["gain"] < MIN_ROUND_GAIN:
+            why = (f"the last round lifted the held-out Hits@1 by {tried[-1]['gain']:.4f}: "
+                   "too little for another pass")
+            break
         sure = estimate.fitted(guesses, helds)
         more = [confident_matches(guess, sure) for guess in guesses]
         if any(m is None or m[0].size == 0 for m in more):
@@ -599,7 +611,8 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
                for (trial, _), m in zip(trials, more)]
         better = estimate.held_out(nxt, helds)
         tried.append({"hints": int(more[0][0].size), "held_out_hits@1": better["hits@1"],
-                      "held_out_mrr": better["mrr"]})
+                      "held_out_mrr": better["mrr"],
+                      "gain": round(better["hits@1"] - found["hits@1"], 4)})
         if not _held_out_better(better, found):
             break
         guesses, found, hints, kept = nxt, better, more[0], kept + 1
