@@ -294,6 +294,27 @@ def test_a_bad_vector_found_by_a_part_is_one_error_and_nothing_is_written(cluste
     assert not out.exists()
 
 
+def test_a_part_actor_that_cannot_start_is_one_error_at_once(cluster, tmp_path, monkeypatch,
+                                                              capsys):
+    """Its constructor fails: a restart would fail alike, so the run is not tried again."""
+    import time
+    from tfgm_dist import cli, distributed
+    from tfgm_dist.errors import JobError
+    data = write_pair(tmp_path / "data", 300, seed=1)
+    # a CUDA device on this CPU-only torch: the part actors fail as they move their graphs
+    monkeypatch.setattr(distributed, "placement", lambda cpus, gpus, parts: (
+        "cuda", cpus / parts, {"num_cpus": 0.1}))
+    out, start = tmp_path / "out", time.monotonic()
+    with pytest.raises(JobError, match=r"^a part actor could not start: \w*Error: .*CUDA"):
+        run_job(job(Config(), out, 2, source=data["source"], target=data["target"]))
+    assert time.monotonic() - start < 60 and not out.exists()
+    code = cli.main(["-q", "align", str(data["source"]), str(data["target"]), "--out",
+                     str(out), "--partitions", "2"])
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 1 and said == [said[0]] and "could not start" in said[0]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("handed_over", [True, False], ids=["handed over", "on the parts"])
 def test_the_auction_on_actors_equals_one_process_on_tied_lists(cluster, monkeypatch,
                                                                 handed_over):

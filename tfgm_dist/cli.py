@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import __version__
 from .config import ASSIGN_METHODS, OUT_FORMATS, Config, load_config, setting, with_overrides
-from .errors import InputError
+from .errors import InputError, JobError
 from .stopwatch import JsonFormatter
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -174,6 +174,8 @@ def outcome(work: Callable[[], dict]) -> int:
         done = work()
     except InputError as e:
         return _failed(str(e), 2)
+    except JobError as e:
+        return _failed(str(e), 1)
     except KeyboardInterrupt:
         return _failed("interrupted (Ctrl-C); nothing was written", 130)
     except OSError as e:

@@ -61,7 +61,7 @@ from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
 from ..config import Config, EmbedConfig
 from ..embed import LayerParams, layer_params
-from ..errors import InputError
+from ..errors import InputError, JobError
 from ..features import Channel
 from ..graph import Graph
 from ..partition import Partition, partition
@@ -97,6 +97,13 @@ def _cause(error: Exception) -> Exception:
             and error.cause is not error:
         error = error.cause
     return error
+
+
+def _raised(error: Exception) -> str:
+    """The exception line that ends a worker's traceback quoted in ``error``'s message (Ray's
+    :class:`~ray.exceptions.ActorDiedError` keeps only the text of its creation task's)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def _got(refs: list[ray.ObjectRef]) -> list:
@@ -277,6 +284,8 @@ class Run:
                 cause = _cause(e)
                 if isinstance(cause, InputError):
                     raise cause from None
+                if getattr(cause, "actor_init_failed", False):  # a restart would fail alike
+                    raise JobError(f"a part actor could not start: {_raised(cause)}") from None
                 if not isinstance(cause, LOST) or attempt > RESTARTS:
                     raise
                 log.warning("lost a worker (%s); running embed, search, refine and assign "
