@@ -5,6 +5,8 @@
     python -m jobs.bench_social --only dev --pairs yeast     # development pairs built from yeast
     python -m jobs.bench_social --only attributed            # the same, nodes with bags of words
     python -m jobs.bench_social --only uneven                # one copy keeps 35 % of the nodes
+    python -m jobs.bench_social --only counts                # nodes with Poisson counts
+    python -m jobs.bench_social --only counts --set features.root_counts=false  # side by side
 
 Prints Markdown tables, one row per pair: sizes, seeds and gold pairs, then Hits@1, Hits@10
 (percent) and MRR of
@@ -23,6 +25,7 @@ Pairs: the real ``social/flickr_lastfm`` and ``social/flickr_myspace`` (``--only
 development pairs (``--only dev``): two partially overlapping noisy copies of one real graph
 (:func:`noisy_copies`: fixed random seeds, so every run builds the same pairs) with 20 % of the
 true pairs as seeds; ``--only uneven``: one copy keeps every node, the other 35 %.
+``--set KEY=VALUE`` is passed on to every tfgm-dist run (an ablation beside the defaults).
 ``--pairs`` keeps the pairs whose name starts with one of its
 comma-separated values. On 2 cores the RWR baseline takes about 4 minutes for all pairs
 (most of it on the DBP15k ones); tfgm-dist's time is whatever its defaults cost, and a run
@@ -73,6 +76,7 @@ DEV_UNEVEN = (
     ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [((1.0, 0.35), 0.1)]),
 )
 VOCABULARY, WORDS, WORD_DROP = 1000, 4, 0.25
+COUNT_SCALE = 3.0  # the count pairs' mean count of a node's average column
 # the attributed pairs' bags, (vocabulary, words per node): 2 of 64 tell few nodes apart
 ATTRIBUTES = ((VOCABULARY, WORDS), (64, 2))
 DEV_SEED = 0  # rng seed of every development pair
@@ -297,11 +301,18 @@ def _noisy_bags(bags: np.ndarray, rng: np.random.Generator, drop: float = WORD_D
     return noisy
 
 
+def count_rates(num_nodes: int, rng: np.random.Generator, columns: int) -> np.ndarray:
+    """``[num_nodes, columns]`` expected counts (papers per venue, posts per topic): a
+    node's own Gamma(0.5) profile times each column's log-normal popularity."""
+    popularity = np.exp(rng.normal(0.0, 1.0, columns))
+    return COUNT_SCALE * rng.gamma(0.5, 1.0, (num_nodes, columns)) * popularity
+
+
 def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
                  keep: float | tuple[float, float] = 0.8, edge_drop: float = 0.1,
                  seed_share: float = 0.2,
-                 attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS
-                 ) -> DevPair:
+                 attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS,
+                 counts: int = 0) -> DevPair:
     """A development pair from one real graph: two independent noisy copies of it.
 
     Each copy is the subgraph induced by the nodes it keeps (each with probability ``keep``,
@@ -311,7 +322,8 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     the rest the gold. ``edges`` is ``[E, 2]`` contiguous node numbers below ``num_nodes``;
     direction and repeated edges are ignored. ``attributed`` gives every node a bag of words
     (:func:`bags_of_words`, ``words`` of ``vocabulary``) and each copy its own noisy version
-    of it (:func:`_noisy_bags`).
+    of it (:func:`_noisy_bags`); ``counts`` instead gives every node that many expected
+    counts (:func:`count_rates`) and each copy its own Poisson draw of them.
     """
     edges = _undirected(np.asarray(edges, np.int64))
     keep_a, keep_b = keep if isinstance(keep, tuple) else (keep, keep)
@@ -324,8 +336,13 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     n_seeds = round(seed_share * len(pairs))
     if not attributed:
         return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:])
-    bags = bags_of_words(num_nodes, rng, vocabulary, words)
     nodes = [np.flatnonzero(present) for present in (present_a, present_b)]
+    if counts:
+        rates = count_rates(num_nodes, rng, counts)
+        sides = [(id_x[kept], rng.poisson(rates[kept]).astype(np.float32))
+                 for id_x, kept in zip((id_a, id_b), nodes)]
+        return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:], *sides)
+    bags = bags_of_words(num_nodes, rng, vocabulary, words)
     sides = [(id_x[kept], _noisy_bags(bags[kept], rng))
              for id_x, kept in zip((id_a, id_b), nodes)]
     return DevPair(edges_a, edges_b, pairs[:n_seeds], pairs[n_seeds:], *sides)
@@ -371,14 +388,14 @@ def shared_paths(name: str) -> dict[str, Path]:
 
 
 def build_dev_pair(graph: str, keep: float | tuple[float, float], edge_drop: float, folder: Path,
-                   attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS
-                   ) -> dict[str, Path]:
+                   attributed: bool = False, vocabulary: int = VOCABULARY, words: int = WORDS,
+                   counts: int = 0) -> dict[str, Path]:
     """Write the development pair of ``graph`` (a path under DATA) with this noise."""
     from tfgm_dist.load import load_graph
     g = load_graph(DATA / graph)
     pair = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(DEV_SEED),
                         keep=keep, edge_drop=edge_drop, attributed=attributed,
-                        vocabulary=vocabulary, words=words)
+                        vocabulary=vocabulary, words=words, counts=counts)
     return write_pair(pair, folder)
 
 
@@ -401,13 +418,14 @@ def run_baseline(paths: dict[str, Path]) -> dict:
             "seeds": len(seeds[0])}
 
 
-def run_tfgm(paths: dict[str, Path], out: Path, timeout_s: float, seeds: bool = True
-             ) -> dict:
-    """``tfgm-dist -q align`` with only the inputs (``--seeds`` only if ``seeds``), in a new
-    process; its metrics, or the last line of its error."""
+def run_tfgm(paths: dict[str, Path], out: Path, timeout_s: float, seeds: bool = True,
+             sets: tuple[str, ...] = ()) -> dict:
+    """``tfgm-dist -q align`` with only the inputs (``--seeds`` only if ``seeds``) and the
+    ``--set`` values ``sets``, in a new process; its metrics, or the last line of its error."""
     command = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(paths["source"]),
                str(paths["target"]), "--out", str(out), "--gold", str(paths["gold"]),
-               *(["--seeds", str(paths["seeds"])] if seeds else [])]
+               *(["--seeds", str(paths["seeds"])] if seeds else []),
+               *(arg for value in sets for arg in ("--set", value))]
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
@@ -464,25 +482,29 @@ def _print_header(title: str) -> None:
     print("|" + "---|" * HEADER.count(" | ") + "---|", flush=True)
 
 
-def bench_shared(selected: list[str], tmp: Path, timeout_s: float) -> None:
+def bench_shared(selected: list[str], tmp: Path, timeout_s: float, sets: tuple[str, ...] = ()
+                 ) -> None:
     _print_header("Real social pairs (Hits in %, every gold source ranked against all "
                   "non-seed targets, ties against the gold)")
     for name in SHARED:
         if _wanted(name, selected):
             paths = shared_paths(name)
-            print_row(name, run_baseline(paths), run_tfgm(paths, tmp / "out" / name, timeout_s))
+            print_row(name, run_baseline(paths),
+                      run_tfgm(paths, tmp / "out" / name, timeout_s, sets=sets))
 
 
 @dataclass(frozen=True)
 class DevSet:
     """One ``--only`` set of development pairs: its table's title, its pairs (as
     :data:`DEV`), the bags of words each pair is built with (``(vocabulary, words)``;
-    ``(0, 0)``: none) and whether each pair also gets a row run without ``--seeds``."""
+    ``(0, 0)``: none), whether each pair also gets a row run without ``--seeds``, and the
+    widths of count vectors each pair is built with instead of bags."""
 
     title: str
     pairs: tuple
     bags: tuple[tuple[int, int], ...]
     unseeded: bool
+    counts: tuple[int, ...] = ()
 
 
 DEV_SETS = {
@@ -499,32 +521,40 @@ DEV_SETS = {
                      "(keep = source-target), featureless and with 2 of 64 words per node "
                      "(+2of64words); the rows 'no seeds' ran without --seeds", DEV_UNEVEN,
                      ((0, 0), ATTRIBUTES[1]), True),
+    "counts": DevSet(
+        f"Development pairs with counts: as the attributed pairs, but every node has c expected "
+        f"counts (+ccounts; Gamma(0.5) profiles times log-normal column popularity, mean "
+        f"{COUNT_SCALE:g}) and each copy its own Poisson draw of them", DEV_ATTRIBUTED, (), True,
+        (17, 100)),
 }
 
 
-def bench_dev(selected: list[str], tmp: Path, timeout_s: float, which: str) -> None:
+def bench_dev(selected: list[str], tmp: Path, timeout_s: float, which: str,
+              sets: tuple[str, ...] = ()) -> None:
     """The rows of the development pairs of ``DEV_SETS[which]``."""
     dev = DEV_SETS[which]
     _print_header(dev.title)
+    attributes = [(v, w, 0) for v, w in dev.bags] + [(0, 0, c) for c in dev.counts]
     for graph, path, settings in dev.pairs:
-        for (keep, drop), (vocabulary, words) in itertools.product(settings, dev.bags):
+        for (keep, drop), (vocabulary, words, counts) in itertools.product(settings, attributes):
             kept = "-".join(f"{k:g}" for k in keep) if isinstance(keep, tuple) else f"{keep:g}"
             name = (f"{graph}/keep{kept}-drop{drop:g}"
-                    + (f"+{words}of{vocabulary}words" if words else ""))
+                    + (f"+{words}of{vocabulary}words" if words else "")
+                    + (f"+{counts}counts" if counts else ""))
             if not _wanted(name, selected):
                 continue
             if not (DATA / path).exists():
                 print(f"| {name} | not found: {DATA / path} |", flush=True)
                 continue
             folder = name.replace("/", "-")
-            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder, words > 0,
-                                   vocabulary, words)
+            paths = build_dev_pair(path, keep, drop, tmp / "dev" / folder,
+                                   words > 0 or counts > 0, vocabulary, words, counts)
             base = run_baseline(paths)
-            print_row(name, base, run_tfgm(paths, tmp / "out" / folder, timeout_s))
+            print_row(name, base, run_tfgm(paths, tmp / "out" / folder, timeout_s, sets=sets))
             if dev.unseeded:
                 print_row(name + " no seeds", base,
                           run_tfgm(paths, tmp / "out" / (folder + "-unseeded"), timeout_s,
-                                   seeds=False), seeds=False)
+                                   seeds=False, sets=sets), seeds=False)
 
 
 def _wanted(name: str, selected: list[str]) -> bool:
@@ -538,6 +568,8 @@ def main() -> None:
                    help="comma-separated name prefixes, e.g. flickr_myspace,yeast/keep0.8")
     p.add_argument("--timeout", type=float, default=300,
                    help="seconds one tfgm-dist run may take before its row says so")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed on to every tfgm-dist run, e.g. features.root_counts=false")
     args = p.parse_args()
     if not (DATA / "social").exists():
         sys.exit(f"benchmark data not found: {DATA / 'social'} is missing")
@@ -545,10 +577,10 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-social-") as tmp:
         if args.only in (None, "shared"):
-            bench_shared(selected, Path(tmp), args.timeout)
+            bench_shared(selected, Path(tmp), args.timeout, tuple(args.set))
         for which in DEV_SETS:
             if args.only in (None, which):
-                bench_dev(selected, Path(tmp), args.timeout, which)
+                bench_dev(selected, Path(tmp), args.timeout, which, tuple(args.set))
 
 
 if __name__ == "__main__":

@@ -58,3 +58,21 @@ def test_an_uneven_dev_pair_keeps_every_node_on_one_side_and_a_third_on_the_othe
     assert sizes[0] == n and 0.2 * n < sizes[1] < 0.4 * n  # nodes without edges are gone
     truth = np.concatenate([pair.seeds, pair.gold])
     assert len(truth) <= sizes[1] and np.isin(truth[:, 1], pair.target_edges).all()
+
+
+def test_a_count_dev_pair_draws_each_copy_from_the_same_rates(tmp_path):
+    edges, n = grid_edges(20), 400
+    pair = noisy_copies(edges, n, np.random.default_rng(0), attributed=True, counts=17)
+    paths = write_pair(pair, tmp_path / "pair")
+    g_s = load_graph(paths["source"])
+    ids, rows = pair.source_attributes
+    assert g_s.features.shape == (len(ids), 17)
+    assert np.array_equal(g_s.features.numpy()[g_s.index_of(ids.tolist(), "source")], rows)
+    assert (rows >= 0).all() and (rows == np.round(rows)).all() and rows.max() > 1
+    # the same node's two draws agree more than two different nodes' do
+    counts = {i: r for i, r in zip(*pair.target_attributes)}
+    at = {i: k for k, i in enumerate(ids)}
+    own = np.mean([np.corrcoef(rows[at[s]], counts[t])[0, 1] for s, t in pair.gold])
+    other = np.mean([np.corrcoef(rows[at[s]], counts[t])[0, 1]
+                     for (s, _), (_, t) in zip(pair.gold, np.roll(pair.gold, 1, axis=0))])
+    assert own > other + 0.3

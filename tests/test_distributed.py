@@ -294,6 +294,27 @@ def test_a_bad_vector_found_by_a_part_is_one_error_and_nothing_is_written(cluste
     assert not out.exists()
 
 
+def test_count_vectors_are_rooted_alike_on_the_parts(cluster, tmp_path):
+    """Whether the vectors are counts is a statistic of both graphs: the parts find it
+    together, and their rows are one process's."""
+    data = write_pair(tmp_path / "data", 300, seed=5)
+    for g in ("source", "target"):  # counts from the synthetic vectors
+        nodes = pq.read_table(data[g] / "nodes.parquet")
+        x = np.stack(nodes.column("features").to_numpy(zero_copy_only=False))
+        counts = np.round(np.abs(x) * 3).astype(np.float32)
+        pq.write_table(nodes.set_column(1, "features", pa.array(list(counts))),
+                       data[g] / "nodes.parquet")
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    plain = with_overrides(Config(), **{"bootstrap.rounds": 0})  # no hints: rows on the parts
+    single = run_job(job(plain, tmp_path / "single", 0, **paths))
+    run_job(job(plain, tmp_path / "p2", 2, **paths))
+    raw = with_overrides(plain, **{"features.root_counts": False})
+    run_job(job(raw, tmp_path / "raw", 0, **paths))
+    (one, _), (two, _), (kept, _) = (rows(tmp_path / d) for d in ("single", "p2", "raw"))
+    assert one.num_rows > 0 and one.equals(two) and single["accuracy"] > 0.5
+    assert not one.column("score").equals(kept.column("score"))
+
+
 def test_a_part_actor_that_cannot_start_is_one_error_at_once(cluster, tmp_path, monkeypatch,
                                                               capsys):
     """Its constructor fails: a restart would fail alike, so the run is not tried again."""

@@ -335,3 +335,20 @@ def test_one_to_one_picks_the_dense_hungarian_by_matrix_size_not_by_the_longer_s
     assert dense_assignment(ac, 10_000, 10)  # 100,000 cells: the auction took minutes here
     assert dense_assignment(ac, 2_000, 2_000)
     assert not dense_assignment(ac, 6_000, 6_000)
+
+
+def test_given_count_vectors_are_square_rooted_and_other_vectors_kept():
+    counts = torch.tensor([[0.0, 4.0, 9.0], [1.0, 0.0, 16.0]])
+
+    def content(*xs: torch.Tensor) -> pipeline.Content:
+        return pipeline.Content.of("given", [pipeline.content_counts("given", x) for x in xs])
+
+    rooted = content(counts, counts[:1])
+    assert rooted.counts
+    assert torch.equal(pipeline.content_rows(rooted, counts, from_dict({})), counts.sqrt())
+    off = from_dict({"features": {"root_counts": False}})
+    assert torch.equal(pipeline.content_rows(rooted, counts, off), counts)
+    for other in (counts - 1, counts + 0.5):  # one graph's vectors are not counts
+        kept = content(counts, other)
+        assert not kept.counts
+        assert torch.equal(pipeline.content_rows(kept, counts, from_dict({})), counts)

@@ -85,6 +85,9 @@ class FeatureConfig:
     encoder: Bool = False  # add all-MiniLM-L6-v2 sentence vectors of the names
     sinusoidal_dim: Annotated[Int, Field(ge=2)] = 512
     project_dim: Count = 0  # seeded random projection of X to this width; 0 keeps X
+    # given vectors whose every value in both graphs is a non-negative integer (counts) are
+    # square-rooted before use (pipeline.Content.counts)
+    root_counts: Bool = True
 
 
 @dataclass(frozen=True, config=SECTION)

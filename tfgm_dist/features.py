@@ -273,6 +273,17 @@ def tie_seeds(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,
     return x_s, x_t
 
 
+def are_counts(x: torch.Tensor, rows: int = 1 << 16) -> bool:
+    """Whether every value of ``x`` ``[n, d]`` is a non-negative integer (an empty ``x``
+    is). Read ``rows`` at a time, stopping at the first block that is not: real-valued
+    vectors end it at once, and no copy of ``x`` is made."""
+    for start in range(0, x.size(0), rows):
+        block = x[start:start + rows]
+        if not bool(((block >= 0) & (block == block.round())).all()):
+            return False
+    return True
+
+
 def validate(x: torch.Tensor, where: Callable[[int], str]) -> None:
     """Reject features with NaN/inf, naming the first offending row by ``where(i)`` (for
     example the graph and the node's id).

@@ -329,7 +329,8 @@ class Run:
         count = part_counts.options(num_cpus=self.actor_cpus)
         counts = (_got([count.remote(*cut(g, at), kind, cfg, self.actor_cpus)
                         for g in (0, 1) for at in nodes[g]])
-                  if kind in ("names", "degree-onehot") else [])
+                  if kind in ("names", "degree-onehot")
+                  or kind == "given" and cfg.features.root_counts else [])
         content = Content.of(kind, counts)
         one, deg = cut(0, nodes[0][0][:1])
         width = PartRecipe(one, content, cfg, False, deg).rows()[0].shape[1]
