@@ -343,8 +343,8 @@ def test_given_count_vectors_are_square_rooted_and_other_vectors_kept():
     def content(*xs: torch.Tensor) -> pipeline.Content:
         return pipeline.Content.of("given", [pipeline.content_counts("given", x) for x in xs])
 
-    rooted = content(counts, counts[:1])
-    assert rooted.counts
+    rooted = content(counts, counts[:1].to_sparse())  # sparse rows: their stored values
+    assert rooted.counts and not content(counts, (counts - 0.5).to_sparse()).counts
     assert torch.equal(pipeline.content_rows(rooted, counts, from_dict({})), counts.sqrt())
     off = from_dict({"features": {"root_counts": False}})
     assert torch.equal(pipeline.content_rows(rooted, counts, off), counts)

@@ -274,9 +274,12 @@ def tie_seeds(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,
 
 
 def are_counts(x: torch.Tensor, rows: int = 1 << 16) -> bool:
-    """Whether every value of ``x`` ``[n, d]`` is a non-negative integer (an empty ``x``
-    is). Read ``rows`` at a time, stopping at the first block that is not: real-valued
-    vectors end it at once, and no copy of ``x`` is made."""
+    """Whether every value of ``x`` ``[n, d]`` (dense, or sparse COO: its stored values) is
+    a non-negative integer (an empty ``x`` is). Read ``rows`` at a time, stopping at the
+    first block that is not: real-valued vectors end it at once, and no copy of ``x`` is
+    made."""
+    if x.is_sparse:
+        x = x.coalesce().values()[:, None]
     for start in range(0, x.size(0), rows):
         block = x[start:start + rows]
         if not bool(((block >= 0) & (block == block.round())).all()):

@@ -315,7 +315,9 @@ def match_vectors(pair: Pair, x_s: torch.Tensor, x_t: torch.Tensor, cfg: Config,
     if project:
         log.info("supervised: %d labels projected to %d (%d nodes)", x_s.size(1), project,
                  x_s.size(0) + x_t.size(0))
-    plain = replace(cfg, features=FeatureConfig(kind="given", project_dim=project),
+    # the histograms stay as they are: the root of counts was measured on attributes only
+    plain = replace(cfg, features=FeatureConfig(kind="given", project_dim=project,
+                                                root_counts=False),
                     embed=EmbedConfig(layers=0, operator=ec.operator, self_loops=ec.self_loops))
     given = replace(pair, source=replace(pair.source, features=x_s),
                     target=replace(pair.target, features=x_t))
