@@ -308,31 +308,26 @@ def test_count_vectors_are_rooted_alike_on_the_parts(cluster, tmp_path):
     plain = with_overrides(Config(), **{"bootstrap.rounds": 0})  # no hints: rows on the parts
     single = run_job(job(plain, tmp_path / "single", 0, **paths))
     run_job(job(plain, tmp_path / "p2", 2, **paths))
-    raw = with_overrides(plain, **{"features.root_counts": False})
-    run_job(job(raw, tmp_path / "raw", 0, **paths))
-    (one, _), (two, _), (kept, _) = (rows(tmp_path / d) for d in ("single", "p2", "raw"))
+    (one, _), (two, _) = rows(tmp_path / "single"), rows(tmp_path / "p2")
     assert one.num_rows > 0 and one.equals(two) and single["accuracy"] > 0.5
-    assert not one.column("score").equals(kept.column("score"))
 
 
 def test_a_part_actor_that_cannot_start_is_one_error_at_once(cluster, tmp_path, monkeypatch,
                                                               capsys):
     """Its constructor fails: a restart would fail alike, so the run is not tried again."""
+    import re
     import time
     from tfgm_dist import cli, distributed
-    from tfgm_dist.errors import JobError
     data = write_pair(tmp_path / "data", 300, seed=1)
     # a CUDA device on this CPU-only torch: the part actors fail as they move their graphs
     monkeypatch.setattr(distributed, "placement", lambda cpus, gpus, parts: (
         "cuda", cpus / parts, {"num_cpus": 0.1}))
     out, start = tmp_path / "out", time.monotonic()
-    with pytest.raises(JobError, match=r"^a part actor could not start: \w*Error: .*CUDA"):
-        run_job(job(Config(), out, 2, source=data["source"], target=data["target"]))
-    assert time.monotonic() - start < 60 and not out.exists()
     code = cli.main(["-q", "align", str(data["source"]), str(data["target"]), "--out",
                      str(out), "--partitions", "2"])
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert code == 1 and said == [said[0]] and "could not start" in said[0]
+    assert code == 1 and len(said) == 1 and time.monotonic() - start < 60
+    assert re.match(r"error: a part actor could not start: \w*Error: .*CUDA", said[0])
     assert not out.exists()
 
 
