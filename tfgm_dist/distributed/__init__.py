@@ -6,7 +6,8 @@ with the graphs runs in Ray workers, and the driver hands them object references
 - **features**: without seeds or hints, each part actor reads its own nodes' names or
   vectors (a Parquet layout's are left in ``nodes.parquet`` until then,
   :attr:`Graph.content`) and makes its input rows (:class:`~.actors.PartRecipe`); the
-  driver only adds up the parts' n-gram counts for the names' IDF. With seeds the channels
+  driver only adds up the parts' n-gram counts for the names' IDF (or whether every part's
+  vectors are counts, to be square-rooted). With seeds the channels
   are made in the driver, where the held-out passes of :func:`~tfgm_dist.auto.prepare` ran
   on the whole pair.
 - **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
@@ -305,11 +306,11 @@ class Run:
 
         Without seeds or hints, each part actor makes its own rows from its own nodes (a
         Parquet layout's names and vectors are read there, :attr:`Graph.content`): the
-        driver only adds up the parts' n-gram or degree counts
-        (:class:`~tfgm_dist.pipeline.Content`) and makes one node's row, for the width; it
-        never holds every name, vector or input row. Seeds and hints tie rows across the
-        graphs and make the anchors: those channels are made here, where the held-out
-        passes of :func:`~tfgm_dist.auto.prepare` have read the content already."""
+        driver only adds up the parts' n-gram or degree counts, or whether their vectors are
+        counts (:class:`~tfgm_dist.pipeline.Content`), and makes one node's row, for the
+        width; it never holds every name, vector or input row. Seeds and hints tie rows
+        across the graphs and make the anchors: those channels are made here, where the
+        held-out passes of :func:`~tfgm_dist.auto.prepare` have read the content already."""
         pair, cfg, P = self.pair, self.cfg, self.P
         graphs, nodes = (pair.source, pair.target), [[pt.nodes(p) for p in range(P)]
                                                      for pt in self.parting]
