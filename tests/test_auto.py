@@ -332,6 +332,18 @@ def test_calibration_fits_a_monotone_step_and_keeps_nan():
     assert many(torch.tensor([1.0])).item() == pytest.approx(301 / 302)
 
 
+def test_equal_margins_are_one_point_of_the_calibration():
+    """Tied best and second targets (margin 0) are common on featureless graphs: every row
+    of margin 0 gets the share right among all of them, not the step the last one fell in."""
+    margin = torch.tensor([0.0] * 8 + [0.9, 0.95])
+    label = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])  # 2 of the 8 ties right, sorted last
+    fit = estimate.calibrate(margin, label, "held-out seeds")
+    assert fit(torch.tensor([0.0])).item() == pytest.approx((2 + 1) / (8 + 2))
+    assert fit(torch.tensor([0.95])).item() == pytest.approx((2 + 1) / (2 + 2))
+    shuffled = estimate.calibrate(margin, label[[6, 0, 7, 1, 2, 3, 4, 5, 8, 9]], "held-out seeds")
+    assert np.array_equal(shuffled.value, fit.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # bootstrapping: hints are anchors that are still searched and output
 

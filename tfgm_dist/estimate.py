@@ -70,7 +70,7 @@ def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
 class Calibration:
     """A non-decreasing step function from margin to confidence (isotonic regression)."""
 
-    margin: np.ndarray  # [m] sorted margins of the fitted points
+    margin: np.ndarray  # [m] the distinct margins of the fitted points, increasing
     value: np.ndarray  # [m] fitted probability at each, non-decreasing
     fitted_on: str  # "held-out seeds" or "mutual best matches"
     power: int = 1  # the fitted probability raised to it (:func:`on_mutual`)
@@ -93,14 +93,20 @@ def calibrate(margin: torch.Tensor, label: np.ndarray, fitted_on: str) -> Calibr
     The shrinking matters where few points are held out: a top step of 7 right of 7 (a pair
     with 12 held-out seeds) says 0.89, not 1.0, and a step of 300 right of 300 still 0.997.
     On the yeast copies with 12 held-out seeds the unshrunk fit put rows at 1.0 that were
-    right 70-75 % of the time."""
+    right 70-75 % of the time.
+
+    Equal margins are one point of the fit, weighted by how many they are: a row's
+    confidence depends on its margin alone. Fitted one by one, the held-out seeds of a
+    featureless flickr copy whose best and second target tie (margin 0, 53 of 72) fell into
+    steps of 0.15, 0.3 and 0.5, and every output row with margin 0 got the last: 2,706 rows
+    at 0.5 of which 26 % were right."""
     m = margin.numpy()
     keep = ~np.isnan(m)
-    order = np.argsort(m[keep], kind="stable")
-    x, y = m[keep][order], label[keep][order].astype(np.float64)
-    if not y.size:
-        return Calibration(x, y, fitted_on)
-    steps = isotonic_regression(y, increasing=True)
+    x, at, count = np.unique(m[keep], return_inverse=True, return_counts=True)
+    if not x.size:
+        return Calibration(x, np.empty(0), fitted_on)
+    share = np.bincount(at, weights=label[keep].astype(np.float64)) / count
+    steps = isotonic_regression(share, weights=count.astype(np.float64), increasing=True)
     size = steps.weights
     shrunk = (steps.x[steps.blocks[:-1]] * size + 1.0) / (size + 2.0)
     value = isotonic_regression(shrunk, weights=size, increasing=True).x
