@@ -92,6 +92,8 @@ class AuctionSide:
 
     def __init__(self, role: str) -> None:
         self.usage = Usage(role)
+        self.listed: Candidates | None = None  # the part's sources' lists, from bidders()
+        self.rows: torch.Tensor | None = None  # and those sources
         self.bidding: Bidders | None = None
         self.selling: Sellers | None = None
         self.adopted: np.ndarray | None = None  # the targets of a handed-over auction
@@ -414,7 +416,7 @@ class PartWorker(AuctionSide):
     def listing_best(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`~tfgm_dist.assign.listing_best` of this part's lists: for each target
         they name, its best source among this part's rows, and that score."""
-        return tuple(t.numpy() for t in listing_best(self.listed, self.rows))
+        return tuple(t.numpy() for t in listing_best(_held(self.listed), _held(self.rows)))
 
     def decided(self, scale: float, num_targets: int,
                 *best: tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -425,11 +427,12 @@ class PartWorker(AuctionSide):
         returns the margins and that, for a confidence fitted on every part's rows
         (:func:`~tfgm_dist.estimate.on_mutual`)."""
         start = time.perf_counter()
+        listed, rows = _held(self.listed), _held(self.rows)
         matched = torch.from_numpy(self.matched())
         targets, sources, _ = best_of(*(torch.from_numpy(np.concatenate(a)) for a in zip(*best)))
-        mutual = is_best_source(matched, self.rows, targets, sources, num_targets)
-        self.piece = Result(self.rows, self.listed, matched, listed_score(self.listed, matched),
-                            scale=scale, mutual=mutual)
+        mutual = is_best_source(matched, rows, targets, sources, num_targets)
+        self.piece = Result(rows, listed, matched, listed_score(listed, matched), scale=scale,
+                            mutual=mutual)
         self.bidding = self.selling = self.adopted = None
         self.usage.add("assign", start)
         return margins(self.piece).numpy(), mutual.numpy()
