@@ -214,6 +214,13 @@ def content_counts(kind: str, inputs: features.Names | torch.Tensor) -> Any:
     return None
 
 
+def counted(kind: str, cfg: Config) -> bool:
+    """Whether the :class:`Content` of ``kind`` is made from the rows'
+    :func:`content_counts`: for names and one-hot degrees always, for given vectors where
+    counts are to be square-rooted (``features.root_counts``)."""
+    return kind in ("names", "degree-onehot") or kind == "given" and cfg.features.root_counts
+
+
 def content_rows(content: Content, inputs: features.Names | torch.Tensor, cfg: Config,
                  where: Callable[[int], str] | None = None) -> torch.Tensor:
     """The rows of the content channel's ``X`` for ``inputs`` (:func:`node_inputs`), dense
@@ -250,7 +257,8 @@ def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]
         return made.x_s, made.x_t
     kind = content_kind(pair, cfg)
     inputs = [node_inputs(g, kind, cfg) for g in (s, t)]
-    content = Content.of(kind, [content_counts(kind, x) for x in inputs])
+    content = Content.of(kind, [content_counts(kind, x) for x in inputs]
+                         if counted(kind, cfg) else [])
     return tuple(content_rows(content, x, cfg, features.node_named(g))
                  for x, g in zip(inputs, (s, t)))
 

@@ -67,8 +67,8 @@ from ..features import Channel
 from ..graph import Graph
 from ..partition import Partition, partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, channels, consensus_psi,
-                        content_channels, content_kind, has_structure, operators, plan, scale,
-                        search_options)
+                        content_channels, content_kind, counted, has_structure, operators, plan,
+                        scale, search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex, finish,
@@ -330,8 +330,7 @@ class Run:
         count = part_counts.options(num_cpus=self.actor_cpus)
         counts = (_got([count.remote(*cut(g, at), kind, cfg, self.actor_cpus)
                         for g in (0, 1) for at in nodes[g]])
-                  if kind in ("names", "degree-onehot")
-                  or kind == "given" and cfg.features.root_counts else [])
+                  if counted(kind, cfg) else [])
         content = Content.of(kind, counts)
         one, deg = cut(0, nodes[0][0][:1])
         width = PartRecipe(one, content, cfg, False, deg).rows()[0].shape[1]
