@@ -556,6 +556,15 @@ def _adjacency(edge_index: np.ndarray, n: int) -> sp.csr_matrix:
     return (a + a.T).minimum(1.0).tocsr()
 
 
+def _minus(dense: np.ndarray, sparse: sp.csr_matrix) -> np.ndarray:
+    """``dense - sparse`` as a new dense array, without densifying ``sparse``: 0.66 ms
+    against scipy's 4.5 ms (``np.asarray(dense - sparse)``) on a 1,004 x 1,004 iterate,
+    three a step of :func:`faq`."""
+    out, coo = dense.copy(), sparse.tocoo()
+    out[coo.row, coo.col] -= coo.data
+    return out
+
+
 def faq(a: sp.csr_matrix, b: sp.csr_matrix, p0: np.ndarray, seeds: np.ndarray, steps: int,
         tol: float = 0.03) -> np.ndarray:
     """``scipy.optimize.quadratic_assignment(a, b, method="faq", options={"P0": p0,
@@ -581,25 +590,37 @@ def faq(a: sp.csr_matrix, b: sp.csr_matrix, p0: np.ndarray, seeds: np.ndarray, s
     # terms are equal too, but computed apart: summed in another order, their double moved
     # one yeast run by a node.
     const = 2 * (a21 @ b21.T).toarray()
-    p = p0
+    # Every product below is linear in the iterate, and the iterate moves to a mix of itself
+    # and a permutation q, whose products are the sparse matrices with permuted columns: so
+    # a22 p, b22 p' and a21' p are carried along, not multiplied anew (four sparse-dense
+    # products a step became one: the polish of a yeast run at 25 % noise 0.49 -> 0.32 s).
+    p = p0.copy()
+    a12 = a21.T.tocsr()
+    ap, bp, a21p = a22 @ p, b22 @ p.T, a12 @ p
+    arange = np.arange(n - m)
     for _ in range(steps):
-        grad = const + 2 * (a22 @ (b22 @ p.T).T)
+        grad = const + 2 * (a22 @ bp.T)
         _, cols = linear_sum_assignment(grad, maximize=True)
-        q = np.eye(n - m)[cols]
-        r = p - q
+        inverse = np.argsort(cols)
+        ar22 = _minus(ap, a22[:, inverse])  # a22 (p - q)
+        br22 = _minus(bp, b22[:, cols])  # b22 (p - q)'
+        a21r = _minus(a21p, a12[:, inverse])
         # the objective along p + x (q - p) is a x^2 + b x + c (scipy's expansion)
-        ar22, br22 = a22 @ r, b22 @ r.T
-        lin = (2 * b21.multiply((a21.T @ r).T).sum() + b22[cols].multiply(ar22).sum()
+        lin = (2 * b21.multiply(a21r.T).sum() + b22[cols].multiply(ar22).sum()
                + a22.multiply(br22[cols]).sum())
         quad = (ar22.T * br22).sum()
         if quad < 0 and 0 <= -lin / (2 * quad) <= 1:
             alpha = -lin / (2 * quad)
         else:
             alpha = float(np.argmin([0, -(lin + quad)]))
-        nxt = alpha * p + (1 - alpha) * q
-        done = np.linalg.norm(p - nxt) / np.sqrt(n - m) < tol
-        p = nxt
-        if done:
+        step = (1 - alpha) * np.sqrt(max(0.0, (p * p).sum() - 2 * p[arange, cols].sum()
+                                         + (n - m)))
+        p *= alpha
+        p[arange, cols] += 1 - alpha
+        for carried, moved in ((ap, ar22), (bp, br22), (a21p, a21r)):
+            moved *= 1 - alpha
+            carried -= moved
+        if step / np.sqrt(n - m) < tol:
             break
     _, col = linear_sum_assignment(p, maximize=True)
     out = np.zeros(n, dtype=np.int64)
