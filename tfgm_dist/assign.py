@@ -499,6 +499,9 @@ def listed_score(c: Candidates, matched: torch.Tensor) -> torch.Tensor:
 POLISH_MAX_NODES = 2_000  # a dense n x n iterate and a LAP on it per step (faq)
 # FAQ steps: on yeast at 20-25 % noise (3 runs each) 10 steps gained what 30 did (+3.3, +6.1)
 POLISH_STEPS = 10
+# Rounds of pair swaps after FAQ (two_opt): on yeast they end by themselves after a few;
+# this only bounds a pathological input.
+SWAP_ROUNDS = 100
 
 
 def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Graph,
@@ -509,7 +512,8 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     Graph matching as the quadratic assignment problem :math:`\\max_P \\operatorname{tr}(A_s P
     A_t P^\\top)` over permutations (the edges both graphs keep under the matching), solved
     approximately by FAQ (Vogelstein et al., 2015: Frank-Wolfe on the doubly stochastic
-    relaxation, projected by a LAP), :func:`faq`. It starts from
+    relaxation, projected by a LAP), :func:`faq`, then by swapping the targets of pairs of
+    sources while that keeps more edges, :func:`two_opt`. It starts from
     the decoded matching (mixed with a tenth of the barycentre, so that the first step can
     leave it) and keeps the ``fixed`` pairs (seeds) in place; the smaller graph is padded
     with isolated nodes. Scores decide the start, the edges the end: on yeast at 5-25 %
@@ -543,8 +547,54 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     column[free_t] = np.arange(free_t.size)
     p0 = np.full((free_s.size, free_t.size), 0.1 / free_s.size)
     p0[np.arange(free_s.size), column[start[free_s]]] += 0.9
-    picked = torch.from_numpy(faq(a_s, a_t, p0, seeds, steps)[rows.numpy()].astype(np.int64))
+    matching = two_opt(a_s, a_t, faq(a_s, a_t, p0, seeds, steps), seeds[:, 0])
+    picked = torch.from_numpy(matching[rows.numpy()].astype(np.int64))
     return torch.where(picked < n_t, picked, -1)
+
+
+def two_opt(a: sp.csr_matrix, b: sp.csr_matrix, matching: np.ndarray, fixed: np.ndarray,
+            rounds: int = SWAP_ROUNDS) -> np.ndarray:
+    """``matching`` (the target of every row, a permutation) with the targets of pairs of
+    rows swapped while that keeps more edges, the rows ``fixed`` left in place.
+
+    FAQ ends where no *linear* step improves; a swap is judged on the edges themselves.
+    With :math:`C = A B_{m,:}` (:math:`C_{it}`: neighbours of :math:`i` whose targets are
+    adjacent to :math:`t`), swapping the targets of :math:`i` and :math:`j` changes the
+    edges kept by
+
+    .. math::
+        \\Delta_{ij} = C_{i m_j} + C_{j m_i} - C_{i m_i} - C_{j m_j}
+                       + 2 A_{ij} B_{m_i m_j},
+
+    which can be positive only where :math:`C_{i m_j} + C_{j m_i} > 0`: a sparse set. Each
+    round makes the best swaps greedily, none touching the rows or neighbours of another
+    (so their gains add up), until none gains. On yeast at 5-25 % noise (10 runs each)
+    FAQ's matchings kept 15-170 fewer edges than the gold's; the swaps lifted node
+    correctness by 0.3 / 0.3 / 0.2 / 0.7 / 0.7 points for 0.04 s. ``a``, ``b``: symmetric
+    0/1 ``[n, n]``."""
+    m = matching.copy()
+    free = np.ones(m.size, dtype=bool)
+    free[fixed] = False
+    for _ in range(rounds):
+        c = (a @ b[m]).tocsr()
+        cm = c[:, m].tocsr()  # cm[i, j] = C[i, m_j]
+        kept = cm.diagonal()
+        near = sp.triu(cm + cm.T, k=1).tocoo()
+        i, j = near.row, near.col
+        gain = (near.data - kept[i] - kept[j]
+                + 2 * np.asarray(a[i, j]).ravel() * np.asarray(b[m[i], m[j]]).ravel())
+        good = np.flatnonzero((gain > 0) & free[i] & free[j])
+        if not good.size:
+            break
+        open_ = free.copy()
+        for e in good[np.lexsort((j[good], i[good], -gain[good]))]:  # best first, then by row
+            x, y = i[e], j[e]
+            if open_[x] and open_[y]:
+                m[x], m[y] = m[y], m[x]
+                for row in (x, y):
+                    open_[a.indices[a.indptr[row]:a.indptr[row + 1]]] = False
+                open_[[x, y]] = False
+    return m
 
 
 def _adjacency(edge_index: np.ndarray, n: int) -> sp.csr_matrix:
