@@ -287,9 +287,26 @@ def test_polish_recovers_a_permuted_graph_from_a_start_with_swaps_and_keeps_the_
     rows = torch.tensor([i for i in range(n) if i != 3])
     moved = polish(torch.from_numpy(start[rows.numpy()]), rows, source, target, fixed=wrong)
     assert not np.isin(start[3], moved.numpy())
-    with pytest.raises(ValueError, match="at most"):
-        big = Graph(ids=pa.array(np.arange(3000)), edge_index=torch.tensor([[0], [1]]))
-        polish(torch.tensor([1]), torch.tensor([0]), big, big)
+
+
+def test_polish_beyond_faqs_size_swaps_pairs_alone_back_into_place():
+    import pyarrow as pa
+
+    from tfgm_dist.assign import POLISH_MAX_NODES, polish
+    from tfgm_dist.graph import Graph
+    rng = np.random.default_rng(1)
+    n = POLISH_MAX_NODES + 100
+    u, v = rng.integers(0, n, (2, 5 * n))
+    truth = rng.permutation(n)
+    source = Graph(ids=pa.array(np.arange(n)), edge_index=torch.tensor(np.stack([u, v])))
+    target = Graph(ids=pa.array(np.arange(n)),
+                   edge_index=torch.tensor(np.stack([truth[u], truth[v]])))
+    start = truth.copy()
+    wrong = rng.choice(n, 40, replace=False).reshape(20, 2)  # 20 swapped pairs
+    start[wrong[:, 0]], start[wrong[:, 1]] = truth[wrong[:, 1]], truth[wrong[:, 0]]
+    rows = torch.arange(n)
+    moved = polish(torch.from_numpy(start), rows, source, target)
+    assert torch.equal(moved, torch.from_numpy(truth))
 
 
 @pytest.mark.parametrize("n_s, levels", [(300, 0), (500, 3)])  # 200 and 121 rounds

@@ -105,10 +105,14 @@ def test_without_seeds_far_more_sources_than_targets_decode_by_each_sources_best
     assert auto.settle(crowded, asked)[0].assign.method == "one-to-one"
 
 
-def test_settle_polishes_small_featureless_pairs_only():
+def test_settle_polishes_featureless_pairs_searched_exactly_and_bootstraps_beyond_faq():
+    small = auto.settle(pipeline.Pair(ring(50), ring(50)), Config())[0]
+    assert small.assign.polish and small.bootstrap.rounds == 0  # FAQ instead of a round
     n = auto.assign.POLISH_MAX_NODES + 1
-    big = pipeline.Pair(ring(n), ring(n))
-    assert not auto.settle(big, Config())[0].assign.polish
+    big = auto.settle(pipeline.Pair(ring(n), ring(n)), Config())[0]
+    assert big.assign.polish and big.bootstrap.rounds == 1  # swaps alone: both
+    n = auto.EXACT_MAX_NODES + 1
+    assert not auto.settle(pipeline.Pair(ring(n), ring(n)), Config())[0].assign.polish
     restricted = pipeline.Pair(ring(50), ring(50), candidates=np.arange(25))
     assert not auto.settle(restricted, Config())[0].assign.polish
 

@@ -207,15 +207,17 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
            if pair.seeds is not None else ""))
     one_to_one = (cfg.assign.method == "one-to-one" if cfg.is_set("assign.method")
                   else not crowded)
-    polish = (kind.startswith("degree") and n <= assign.POLISH_MAX_NODES and one_to_one
-              and pair.candidates is None)
+    polish = kind.startswith("degree") and exact and one_to_one and pair.candidates is None
+    faq = polish and n <= assign.POLISH_MAX_NODES
     chosen["assign.polish"] = polish
-    why["polish"] = ("featureless and small: the matching moved to keep more edges (FAQ; "
-                     "yeast at 5-25 % noise +0.5 to +6.5 points)"
-                     + (", if that decodes the held-out seeds better" if pair.seeds else "")
-                     if polish else "only for one-to-one decodings of featureless pairs of "
-                     f"at most {assign.POLISH_MAX_NODES} nodes, without --candidates")
-    hinted = exact and pair.seeds is None and not polish
+    why["polish"] = ("featureless: the matching moved to keep more edges ("
+                     + ("FAQ, then pair swaps; yeast at 5-25 % noise +0.4 to +13.8 points" if faq
+                        else f"pair swaps; FAQ is dense, for at most {assign.POLISH_MAX_NODES} "
+                        "nodes; a DBP15k structure copy +1.6 after bootstrapping")
+                     + (", if that decodes the held-out seeds better)" if pair.seeds else ")")
+                     if polish else "only for one-to-one decodings of featureless pairs "
+                     "searched exactly, without --candidates")
+    hinted = exact and pair.seeds is None and not faq
     seeded = exact and pair.seeds is not None
     chosen["bootstrap.rounds"] = 1 if hinted else SEEDED_ROUNDS if seeded else 0
     why["bootstrap"] = (
@@ -225,8 +227,8 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         f"up to {SEEDED_ROUNDS} rounds, each kept while the held-out estimate improves, the "
         f"next only after a gain of {MIN_ROUND_GAIN:g}: the mutual best matches of confidence "
         f">= {HINT_CONFIDENCE:g} become anchors of the next pass" if seeded else
-        "the polish instead: on yeast a bootstrapping pass before it added nothing (-0.6 to "
-        "+0.5 points, 3 runs per noise level) for 2 s more" if polish
+        "FAQ's polish instead: on yeast a bootstrapping pass before it added nothing (-0.6 to "
+        "+0.5 points, 3 runs per noise level) for 2 s more" if faq
         else "no backward search: the hints would be mutual only among the lists, and a "
         "second pass doubles the run; neither measured")
     open_keys = {k: v for k, v in chosen.items() if not cfg.is_set(k)}
@@ -695,7 +697,13 @@ def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config
     for trial, _ in trials:
         scored = pipeline.score(trial, cfg, Stopwatch())
         for name, option in options.items():
-            decoded[name].append(pipeline.conclude(trial, scored, option, Stopwatch()))
+            # the polish moves the one-to-one matching: decoded once (an auction on the
+            # tied lists of a featureless pair of 10,000 nodes takes seconds)
+            made = decoded["one-to-one"][-1] if name == "polished" and "one-to-one" in \
+                decoded else None
+            decoded[name].append(pipeline.conclude(
+                trial, scored, option, Stopwatch(),
+                None if made is None else (made.matched, made.matched_score)))
     if len(options) == 1:
         return cfg, decoded[next(iter(options))], None
     helds = [held for _, held in trials]

@@ -153,8 +153,8 @@ class AssignConfig:
     one_to_one: OneToOneSolver = "auto"  # auto: Hungarian when the dense matrix is small
     dense_max_nodes: Count = 5000  # dense Hungarian up to dense_max_nodes ** 2 cells
     min_confidence: Share = 0.0  # sources whose match is less confident are not written
-    # the one-to-one matching moved to keep more edges (assign.polish, FAQ): featureless
-    # graphs; a run with another method refuses it
+    # the one-to-one matching moved to keep more edges (assign.polish: FAQ, pair swaps):
+    # featureless graphs; a run with another method refuses it
     polish: Bool = False
 
 

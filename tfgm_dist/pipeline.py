@@ -481,10 +481,13 @@ NO_GOLD_ASKED = ("no gold pair has its source among the output rows (all are see
                  "outside the queries)")
 
 
-def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch) -> Result:
-    """The assign stage, and the metrics when gold pairs are given."""
+def conclude(pair: Pair, scored: Scored, cfg: Config, watch: Stopwatch,
+             decoded: tuple[torch.Tensor, torch.Tensor] | None = None) -> Result:
+    """The assign stage, and the metrics when gold pairs are given. ``decoded``: the
+    matches and scores of ``cfg.assign``'s decoding where they were made already (the
+    one-to-one matching that the polish then moves)."""
     with watch.stage("assign"):
-        matched, match_score = assign.decode(scored, cfg.assign)
+        matched, match_score = decoded or assign.decode(scored, cfg.assign)
         if cfg.assign.polish and cfg.assign.method == "one-to-one":
             matched, match_score = polished(pair, scored, matched)
     lists = scored.forward.take_rows(scored.rows)
