@@ -5,6 +5,7 @@
     python -m jobs.bench_social --only dev --pairs yeast     # development pairs built from yeast
     python -m jobs.bench_social --only attributed            # the same, nodes with bags of words
     python -m jobs.bench_social --only uneven                # one copy keeps 35 % of the nodes
+    python -m jobs.bench_social --only full                  # both copies keep every node
     python -m jobs.bench_social --only counts                # nodes with Poisson counts
     python -m jobs.bench_social --only counts --set features.root_counts=false  # side by side
 
@@ -24,7 +25,8 @@ other sources either); a tie with the gold target counts against it.
 Pairs: the real ``social/flickr_lastfm`` and ``social/flickr_myspace`` (``--only shared``), and
 development pairs (``--only dev``): two partially overlapping noisy copies of one real graph
 (:func:`noisy_copies`: fixed random seeds, so every run builds the same pairs) with 20 % of the
-true pairs as seeds; ``--only uneven``: one copy keeps every node, the other 35 %.
+true pairs as seeds; ``--only uneven``: one copy keeps every node, the other 35 %; ``--only
+full``: both keep every node.
 ``--set KEY=VALUE`` is passed on to every tfgm-dist run (an ablation beside the defaults).
 ``--pairs`` keeps the pairs whose name starts with one of its
 comma-separated values. On 2 cores the RWR baseline takes about 4 minutes for all pairs
@@ -74,6 +76,14 @@ DEV_ATTRIBUTED = (
 DEV_UNEVEN = (
     ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [((1.0, 0.35), 0.1)]),
     ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [((1.0, 0.35), 0.1)]),
+)
+# Full copies: every node kept in both, a share of the edges dropped (a network against its
+# own noisy copy, as yeast's protocol), with and without seeds.
+DEV_FULL = (
+    ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [(1.0, 0.1)]),
+    ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [(1.0, 0.05)]),
+    ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(1.0, 0.05)]),
+    ("dbp15k_en", "dbp15k/zh_en/triples_2", [(1.0, 0.1)]),
 )
 VOCABULARY, WORDS, WORD_DROP = 1000, 4, 0.25
 COUNT_SCALE = 3.0  # the count pairs' mean count of a node's average column
@@ -521,6 +531,9 @@ DEV_SETS = {
                      "(keep = source-target), featureless and with 2 of 64 words per node "
                      "(+2of64words); the rows 'no seeds' ran without --seeds", DEV_UNEVEN,
                      ((0, 0), ATTRIBUTES[1]), True),
+    "full": DevSet("Full development pairs: both copies keep every node, each drops a share of "
+                   "the edges; the rows 'no seeds' ran without --seeds", DEV_FULL, ((0, 0),),
+                   True),
     "counts": DevSet(
         f"Development pairs with counts: as the attributed pairs, but every node has c expected "
         f"counts (+ccounts; Gamma(0.5) profiles times log-normal column popularity, mean "
