@@ -110,22 +110,23 @@ def dbp_child(pair_name: str, seeds: bool, refine: bool, encoder: bool) -> dict:
     return {"seconds": watch.seconds, "peak": _peak(), "decodings": rows, "all": m_all}
 
 
+def undirected(edges: np.ndarray) -> np.ndarray:
+    """Each undirected edge of ``edges`` ``[E, 2]`` once, as ``(min, max)``; self-loops
+    dropped."""
+    ends = np.sort(edges, axis=1)
+    return np.unique(ends[ends[:, 0] != ends[:, 1]], axis=0)
+
+
 def edges_kept(source, target, sources: np.ndarray, targets: np.ndarray) -> int:
     """How many of ``source``'s edges a matching (``sources[i]`` to ``targets[i]``) maps onto
     edges of ``target``: the objective the polish maximises, for the gold and for the run."""
     to = np.full(source.num_nodes, -1)
     to[sources] = targets
-    u, v = np.divmod(_edge_keys(*source.edge_index.numpy(), source.num_nodes), source.num_nodes)
+    u, v = undirected(source.edge_index.numpy().T).T
     mapped = (to[u] >= 0) & (to[v] >= 0)
     n = target.num_nodes
-    return int(np.isin(_edge_keys(to[u[mapped]], to[v[mapped]], n),
-                       _edge_keys(*target.edge_index.numpy(), n)).sum())
-
-
-def _edge_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
-    """One number per undirected edge between distinct nodes of ``n``, each edge once."""
-    keep = u != v
-    return np.unique(np.minimum(u[keep], v[keep]) * n + np.maximum(u[keep], v[keep]))
+    ends = undirected(np.stack([to[u[mapped]], to[v[mapped]]], 1))
+    return int(np.isin(ends @ [n, 1], undirected(target.edge_index.numpy().T) @ [n, 1]).sum())
 
 
 def yeast_child(noise: int, runs: int) -> dict:

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from jobs.bench_engine import fmt_reliability
+from jobs.bench_engine import fmt_reliability, undirected
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,12 +256,6 @@ class DevPair:
     target_attributes: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _undirected(edges: np.ndarray) -> np.ndarray:
-    """Each undirected edge once, as ``(min, max)``; self-loops dropped."""
-    ends = np.sort(edges, axis=1)
-    return np.unique(ends[ends[:, 0] != ends[:, 1]], axis=0)
-
-
 def _noisy_copy(edges: np.ndarray, num_nodes: int, rng: np.random.Generator, keep: float,
                 edge_drop: float) -> tuple[np.ndarray, np.ndarray]:
     """Induced subgraph on a random node subset, then random edge deletion.
@@ -335,7 +329,7 @@ def noisy_copies(edges: np.ndarray, num_nodes: int, rng: np.random.Generator,
     of it (:func:`_noisy_bags`); ``counts`` instead gives every node that many expected
     counts (:func:`count_rates`) and each copy its own Poisson draw of them.
     """
-    edges = _undirected(np.asarray(edges, np.int64))
+    edges = undirected(np.asarray(edges, np.int64))
     keep_a, keep_b = keep if isinstance(keep, tuple) else (keep, keep)
     copy_a, present_a = _noisy_copy(edges, num_nodes, rng, keep_a, edge_drop)
     copy_b, present_b = _noisy_copy(edges, num_nodes, rng, keep_b, edge_drop)
