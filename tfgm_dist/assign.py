@@ -536,7 +536,6 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     seeds = (np.empty((0, 2), dtype=np.int64) if fixed is None else
              np.stack([np.asarray(fixed[0]), np.asarray(fixed[1])], 1).astype(np.int64))
     free_s = np.setdiff1d(np.arange(n), seeds[:, 0])
-    free_t = np.setdiff1d(np.arange(n), seeds[:, 1])
     if free_s.size < 2:
         return matched
     start = np.full(n, -1)
@@ -548,6 +547,7 @@ def polish(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Gra
     open_s = np.flatnonzero(start < 0)
     start[open_s] = np.flatnonzero(~taken)[:open_s.size]  # the rest, in order
     if n <= POLISH_MAX_NODES:
+        free_t = np.setdiff1d(np.arange(n), seeds[:, 1])
         column = np.full(n, -1)
         column[free_t] = np.arange(free_t.size)
         p0 = np.full((free_s.size, free_t.size), 0.1 / free_s.size)
