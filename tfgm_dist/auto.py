@@ -544,15 +544,27 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     then split like seeds to choose the anchors' weight and depth. Runs in this process, on
     the Ray path too, reading the names and vectors left in the input (:attr:`Graph.content`)
     where a pass runs; the returned pair carries the hints."""
-    asked = cfg
+    settled, report = checked_settle(pair, cfg)
+    if not passes(pair, settled):
+        return pair, settled, Prepared(report)
+    return prepared_by_passes(pair, cfg, settled, report, watch)
+
+
+def checked_settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
+    """:func:`settle`, refusing settings that cannot go together."""
     cfg, report = settle(pair, cfg)
     if cfg.assign.polish and cfg.assign.method != "one-to-one":
         raise InputError(f"assign.polish = true needs assign.method = \"one-to-one\" (it "
                          f"moves a matching), not {cfg.assign.method!r}")
+    return cfg, report
+
+
+def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any],
+                       watch: Stopwatch) -> tuple[Pair, Config, Prepared]:
+    """The passes of :func:`prepare` where :func:`passes` says they run: ``asked`` the
+    user's settings, ``cfg`` and ``report`` what :func:`checked_settle` made of them."""
     splits = [] if pair.seeds is None else _folds(pair.seeds, pair, cfg.seed)
     if not splits:
-        if not cfg.bootstrap.rounds or plan(pair, cfg).sources is None:  # no backward search
-            return pair, cfg, Prepared(report)
         # names and vectors left in the input: a pass runs here, and the last one reuses them
         pair = pipeline.with_inputs(pair.with_content(), cfg)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
@@ -577,6 +589,17 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
         pair = replace(pair, hints=_apart_from(hints, pair.seeds))
     found = {**found, "confidence_fitted_on": fit.fitted_on}
     return pair, cfg, Prepared(report, found, fit)
+
+
+def passes(pair: Pair, cfg: Config) -> bool:
+    """Whether :func:`prepare` runs passes of the pipeline on ``pair`` with the settled
+    ``cfg``: the held-out folds where its seeds can be split, else a bootstrapping pass
+    where ``bootstrap.rounds`` asks for one and a backward search tells the mutual best
+    matches. On Ray they then run in a task, not in the driver
+    (:func:`tfgm_dist.distributed.prepare`)."""
+    if pair.seeds is not None and _folds(pair.seeds, pair, cfg.seed):
+        return True
+    return bool(cfg.bootstrap.rounds) and plan(pair, cfg).sources is not None
 
 
 def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict[str, Any],
@@ -641,7 +664,7 @@ def _names_or_structure(pair: Pair, trials: list[tuple[Pair, Pairs]], asked: Con
     if (not derived or not selected or feature_kind(pair, cfg) != "names"
             or asked.is_set("features.kind")):
         return pair, trials, cfg, {**report, "selected": selected}
-    plain = replace(pair, source=_unnamed(pair.source), target=_unnamed(pair.target))
+    plain = replace(pair, source=unnamed(pair.source), target=unnamed(pair.target))
     plain_cfg, plain_report = settle(plain, asked)
     plain_trials = [(replace(t, source=plain.source, target=plain.target), h) for t, h in trials]
     plain_cfg, plain_selected = select(plain_trials, plain_cfg)
@@ -666,7 +689,7 @@ def _names_lead(held: int) -> float:
     return 0.5 / math.sqrt(max(1, held))
 
 
-def _unnamed(graph: Graph) -> Graph:
+def unnamed(graph: Graph) -> Graph:
     """``graph`` without the names read from its ids."""
     return replace(graph, names=None, names_from_ids=False) if graph.names_from_ids else graph
 

@@ -101,7 +101,8 @@ def _kept(result: Result, pair: Pair, cfg: Config, watch: Stopwatch, stage: writ
 
 class OnRay:
     """The stages after load on Ray with ``cfg.ray.partitions`` parts; the automatic
-    choices and the held-out estimate run first, in this process. ``events`` hears of each
+    choices first, and where they run passes (the held-out estimate, bootstrapping) those
+    in one Ray task (:func:`~tfgm_dist.distributed.prepare`). ``events`` hears of each
     embedding layer and search part as it is submitted (the fault tests kill actors there)."""
 
     def __init__(self, events: Events | None = None) -> None:
@@ -116,8 +117,10 @@ class OnRay:
             raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the {smaller} "
                              "nodes of the smaller graph")
         distributed.connect(cfg.ray.address)  # fails fast, before the passes of prepare
-        pair, cfg, prepared = auto.prepare(pair, cfg, watch)
-        on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared)
+        held = distributed.held_edges(pair)
+        pair, cfg, prepared, usage = distributed.prepare(pair, cfg, watch, held)
+        on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared,
+                                 held, usage)
         quality, files = on_ray.align_and_write(stage, about, resume)
         self.summary = {"ray": on_ray.report()}
         return quality, files

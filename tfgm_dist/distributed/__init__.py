@@ -3,13 +3,16 @@
 The driver loads the pair's ids and edges and partitions them. Everything else that grows
 with the graphs runs in Ray workers, and the driver hands them object references, not arrays:
 
+- **prepare**: the automatic choices' passes (with seeds the held-out folds, without them a
+  bootstrapping pass) run in one task on the largest node (:func:`prepare`), which holds
+  the whole pair as one process does; the driver receives the hints, the settings and the
+  calibration.
 - **features**: without seeds or hints, each part actor reads its own nodes' names or
   vectors (a Parquet layout's are left in ``nodes.parquet`` until then,
   :attr:`Graph.content`) and makes its input rows (:class:`~.actors.PartRecipe`); the
   driver only adds up the parts' n-gram counts for the names' IDF (or whether every part's
-  vectors are counts, to be square-rooted). With seeds the channels
-  are made in the driver, where the held-out passes of :func:`~tfgm_dist.auto.prepare` ran
-  on the whole pair.
+  vectors are counts, to be square-rooted). With seeds or hints the channels tie rows
+  across the graphs: one task makes them from the whole pair and puts each part's rows.
 - **embed**: both graphs' nodes are split into P parts (:mod:`tfgm_dist.partition`). Actor
   ``p`` builds part ``p``'s row blocks of both operators from the edges that touch it
   (:meth:`~.halo.GraphPart.block`) and, layer by layer, computes its rows
@@ -57,7 +60,7 @@ import ray
 
 import torch
 
-from .. import checkpoint, estimate, features, metrics, write
+from .. import auto, checkpoint, estimate, features, metrics, write
 from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
 from ..config import Config, EmbedConfig
@@ -66,18 +69,19 @@ from ..errors import InputError, JobError
 from ..features import Channel
 from ..graph import Graph
 from ..partition import Partition, partition
-from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, channels, consensus_psi,
-                        content_channels, content_kind, counted, has_structure, operators, plan,
-                        scale, search_options)
+from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
+                        content_kind, counted, has_structure, operators, plan, scale,
+                        search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
-from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex, finish,
-                     gathered_embedding, part_counts, part_of_graph, usage_of, write_part)
+from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
+                     anchored_inputs, finish, gathered_embedding, part_counts, part_of_graph,
+                     prepare_whole, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import halo_plans
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
-           "one_to_one", "placement"]
+           "held_edges", "one_to_one", "placement", "prepare"]
 
 log = logging.getLogger("tfgm_dist")
 
@@ -209,17 +213,66 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     return done + ray.get(out[0])
 
 
+def held_edges(pair: Pair) -> list[ray.ObjectRef]:
+    """Both graphs' edges and weights held once (:func:`held_once`), the source's then the
+    target's: what every task and part actor that needs them reads."""
+    return [held_once(t) for g in (pair.source, pair.target) for t in (g.edge_index,
+                                                                       g.edge_weight)]
+
+
+def _without_edges(pair: Pair) -> Pair:
+    """``pair`` as sent to a task beside its :func:`held_edges`: without the edges, which
+    would be pickled again with it."""
+    none = dict(edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None)
+    return replace(pair, source=replace(pair.source, **none),
+                   target=replace(pair.target, **none), inputs=None)
+
+
+def _largest_node_cpus() -> float:
+    """The cores of the cluster's largest live node: a task that holds the whole pair (the
+    held-out passes, the finishing refine and assign) takes them all."""
+    return max(node["Resources"].get("CPU", 1) for node in ray.nodes() if node["Alive"])
+
+
+def prepare(pair: Pair, cfg: Config, watch: Stopwatch, held: list[ray.ObjectRef]
+            ) -> tuple[Pair, Config, Prepared, list[dict]]:
+    """:func:`tfgm_dist.auto.prepare` for a run on Ray, and the usage of the task it ran in.
+
+    Where it runs passes of the pipeline (held-out folds with seeds, a bootstrapping pass
+    without), they run in one task on the largest node (:func:`~.actors.prepare_whole`),
+    not in the driver: a seeded pass holds the whole pair's content, channels, embeddings
+    and candidate lists, and the driver only receives the hints, the settings and what the
+    output is finished with. The task's stage seconds are added to ``watch``."""
+    settled, report = auto.checked_settle(pair, cfg)
+    if not auto.passes(pair, settled):
+        return pair, settled, Prepared(report), []
+    cpus = _largest_node_cpus()
+    log.info("auto: the held-out and bootstrapping passes run in one task of %g cores", cpus)
+    hints, dropped, cfg, prepared, seconds, usage = _got([prepare_whole.options(
+        num_cpus=cpus).remote(_without_edges(pair), cfg, settled, report, cpus, *held)])[0]
+    for stage, took in seconds.items():
+        watch.seconds[stage] = watch.seconds.get(stage, 0.0) + took
+    if dropped:
+        pair = replace(pair, source=auto.unnamed(pair.source), target=auto.unnamed(pair.target))
+    return replace(pair, hints=hints), cfg, prepared, [usage]
+
+
 class Run:
-    """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``."""
+    """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``.
+
+    ``held``: the pair's :func:`held_edges`, where the caller put them already; ``usage``:
+    the processes that ran for the pair before it (:func:`prepare`)."""
 
     def __init__(self, pair: Pair, cfg: Config, partitions: int, watch: Stopwatch,
-                 events: Events | None = None, prepared: Prepared | None = None
+                 events: Events | None = None, prepared: Prepared | None = None,
+                 held: list[ray.ObjectRef] | None = None, usage: list[dict] | None = None
                  ) -> None:
         self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
         self.prepared = prepared or Prepared({"enabled": False})
         self.events = events or (lambda event, info: None)
         self.device, self.actor_cpus, self.actor_options = placement(*resources(), partitions)
-        self.usage: list[dict] = []
+        self.held = held or held_edges(pair)
+        self.usage: list[dict] = list(usage or [])
         self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
 
     def _actor_memory(self, chans: list[Channel]) -> int:
@@ -254,11 +307,11 @@ class Run:
             # builds its rows of the operator from the edges that touch it: the driver never
             # builds a whole graph's operator on the parts' path (0.43 GiB at 1M nodes).
             ec, self.exchange, self.part_refs = cfg.embed, [], []
-            for g, parting in zip((pair.source, pair.target), self.parting):
+            for i, (g, parting) in enumerate(zip((pair.source, pair.target), self.parting)):
                 plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator,
                                    ec.self_loops, g.edge_weight)
                 self.exchange.append([(gp.needs, gp.consumers) for gp in plans])
-                edges, weights = held_once(g.edge_index), held_once(g.edge_weight)
+                edges, weights = self.held[2 * i:2 * i + 2]
                 part = ray.put(parting.part)
                 self.part_refs.append([part_of_graph.remote(gp, edges, weights, part)
                                        for gp in plans])
@@ -309,15 +362,17 @@ class Run:
         driver only adds up the parts' n-gram or degree counts, or whether their vectors are
         counts (:class:`~tfgm_dist.pipeline.Content`), and makes one node's row, for the
         width; it never holds every name, vector or input row. Seeds and hints tie rows
-        across the graphs and make the anchors: those channels are made here, where the
-        held-out passes of :func:`~tfgm_dist.auto.prepare` have read the content already."""
+        across the graphs and make the anchors: those channels are made from the whole pair
+        in one task (:func:`~.actors.anchored_inputs`), which puts each part's rows, and
+        the driver learns their widths."""
         pair, cfg, P = self.pair, self.cfg, self.P
         graphs, nodes = (pair.source, pair.target), [[pt.nodes(p) for p in range(P)]
                                                      for pt in self.parting]
         if pair.anchored() is not None:
-            chans = channels(pair, cfg)
-            return chans, [[ray.put([(c.x_s, c.x_t)[g][torch.from_numpy(at)].numpy()
-                                     for c in chans]) for at in nodes[g]] for g in (0, 1)]
+            cpus = _largest_node_cpus()
+            out = anchored_inputs.options(num_returns=1 + 2 * P, num_cpus=cpus).remote(
+                _without_edges(pair), cfg, nodes, cpus, *self.held)
+            return _got([out[0]])[0], [out[1:1 + P], out[1 + P:]]
         kind, structure = content_kind(pair, cfg), has_structure(pair, cfg)
         log.info("features: each of the %d parts makes its %s rows from its own nodes", P,
                  kind)
@@ -377,8 +432,7 @@ class Run:
         embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
                       if self.dense and not cfg.refine.enabled else None)
         with self.watch.stage("refine+assign"):
-            finish_cpus = max(node["Resources"].get("CPU", 1) for node in ray.nodes()
-                              if node["Alive"])
+            finish_cpus = _largest_node_cpus()
             out = finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, _flat(forward[0]),
                 _flat(forward[1]), None if backward is None else _flat(backward[0]),

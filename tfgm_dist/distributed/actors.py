@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .. import checkpoint, write
 from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, is_best_source, listed_score,
                       listing_best, score_span)
-from ..auto import Prepared
+from ..auto import Prepared, prepared_by_passes
 from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
 from ..embed import LayerParams, Operator, layer
@@ -28,8 +28,9 @@ from ..partition import Partition
 from ..errors import InputError
 from ..features import node_named
 from ..graph import Graph
-from ..pipeline import (Content, Pair, Plan, Result, Scored, conclude, content_channels,
-                        content_counts, content_rows, evaluate, node_inputs, refined)
+from ..pipeline import (Content, Pair, Plan, Result, Scored, channels, conclude,
+                        content_channels, content_counts, content_rows, evaluate, node_inputs,
+                        refined)
 from ..refine import list_width
 from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
                       probe, search, set_nprobe, taken, trained_index, trained_on)
@@ -594,6 +595,55 @@ def part_counts(part: Graph, degrees: torch.Tensor | None, kind: str, cfg: Confi
     :meth:`Graph.of_nodes`; ``degrees`` theirs), read here where they are deferred."""
     _threads(num_cpus)
     return content_counts(kind, node_inputs(part, kind, cfg, degrees))
+
+
+def _with_edges(pair: Pair, edges: list[np.ndarray | None]) -> Pair:
+    """``pair`` whose graphs were sent without their edges (the driver holds them once in
+    the object store, :func:`~tfgm_dist.distributed.held_once`), with them read back:
+    ``edges`` are the source's edges and weights, then the target's."""
+    graphs = [replace(g, edge_index=torch.from_numpy(e), edge_weight=None if w is None
+                      else torch.from_numpy(w))
+              for g, e, w in ((pair.source, *edges[:2]), (pair.target, *edges[2:]))]
+    return replace(pair, source=graphs[0], target=graphs[1])
+
+
+# max_calls = 1: the worker exits after it, giving back the whole pair's memory
+@ray.remote(max_retries=RESTARTS, max_calls=1)
+def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any],
+                  num_cpus: float, *edges: np.ndarray | None) -> tuple:
+    """:func:`~tfgm_dist.auto.prepared_by_passes` of the whole ``pair`` in this task, with
+    the user's settings ``asked`` and what the driver settled of them (``cfg``,
+    ``report``): the held-out folds, the choices and the bootstrapping passes. Returns the
+    hints, whether the names
+    read from the ids were dropped (:func:`~tfgm_dist.auto.unnamed`), the settings, the
+    :class:`Prepared`, the stages' seconds and this process's usage: the pair itself, the
+    passes' embeddings and lists stay here."""
+    _threads(num_cpus)
+    usage, watch = Usage("prepare"), Stopwatch()
+    out, cfg, prepared = prepared_by_passes(_with_edges(pair, list(edges)), asked, cfg, report,
+                                            watch)
+    usage.seconds = watch.seconds
+    read = [g.names_from_ids for g in (pair.source, pair.target)]
+    dropped = any(read) and read != [g.names_from_ids for g in (out.source, out.target)]
+    return out.hints, dropped, cfg, prepared, watch.seconds, usage.report()
+
+
+# max_calls = 1: the worker exits after it, giving back the whole pair's memory
+@ray.remote(max_retries=RESTARTS, max_calls=1)
+def anchored_inputs(pair: Pair, cfg: Config, nodes: list[list[np.ndarray]], num_cpus: float,
+                    *edges: np.ndarray | None) -> tuple:
+    """The channels of a pair with seeds or hints (:func:`~tfgm_dist.pipeline.channels`:
+    seed rows tied, the anchors of seeds and hints), made in this task from the whole
+    pair: the channels without their rows, then per graph and part the part's rows of
+    every channel (``nodes[g][p]``, node numbers), each its own object."""
+    _threads(num_cpus)
+    chans = channels(_with_edges(pair, list(edges)).with_content(), cfg)
+    rows = [[(c.x_s, c.x_t)[g][torch.from_numpy(at)].numpy() for c in chans] for g in (0, 1)
+            for at in nodes[g]]
+    # new empty rows: a view of none would pickle the whole matrix it views
+    empty = [replace(c, x_s=c.x_s.new_empty((0, c.x_s.size(1))),
+                     x_t=c.x_t.new_empty((0, c.x_t.size(1)))) for c in chans]
+    return (empty, *rows)
 
 
 @ray.remote(max_retries=RESTARTS)
