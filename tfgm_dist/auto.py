@@ -541,9 +541,10 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     the held-out Hits@1 (then MRR) stops improving (:func:`_rounds`); the final pass takes
     the first fold's hints of the last improving round. Without seeds, nothing can tell a
     second round from the first, so one round runs: a first pass gives the hints, which are
-    then split like seeds to choose the anchors' weight and depth. Runs in this process, on
-    the Ray path too, reading the names and vectors left in the input (:attr:`Graph.content`)
-    where a pass runs; the returned pair carries the hints."""
+    then split like seeds to choose the anchors' weight and depth. The passes read the names
+    and vectors left in the input (:attr:`Graph.content`); on the Ray path they run in one
+    task, not in the driver (:func:`tfgm_dist.distributed.prepare`). The returned pair
+    carries the hints."""
     settled, report = checked_settle(pair, cfg)
     if not passes(pair, settled):
         return pair, settled, Prepared(report)
