@@ -225,7 +225,7 @@ def _without_edges(pair: Pair) -> Pair:
     would be pickled again with it."""
     none = dict(edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None)
     return replace(pair, source=replace(pair.source, **none),
-                   target=replace(pair.target, **none), inputs=None)
+                   target=replace(pair.target, **none))
 
 
 def _largest_node_cpus() -> float:
@@ -316,18 +316,13 @@ class Run:
                 self.part_refs.append([part_of_graph.remote(gp, edges, weights, part)
                                        for gp in plans])
         with self.watch.stage("features"):
-            chans, self.inputs = self._inputs()
-            self.pair = replace(self.pair, inputs=None)  # the rows the passes reused: put now
-        # no rows, nor a view that would keep them
-        self.chans = [replace(c, x_s=c.x_s.new_empty((0, c.x_s.size(1))),
-                              x_t=c.x_t.new_empty((0, c.x_t.size(1)))) for c in chans]
-        specs = [c.embed for c in chans]
-        params = [layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in chans]
+            self.chans, self.inputs = self._inputs()
+        specs = [c.embed for c in self.chans]
+        params = [layer_params(c.embed, c.x_s.size(1), cfg.seed) for c in self.chans]
         if cfg.refine.enabled:  # the refinement's psi_2, channel len(chans) of the actors
             specs.append(consensus_psi(cfg))
             params.append(layer_params(specs[-1], cfg.refine.dim))
-        actors = dict(specs=specs, params=params, memory=self._actor_memory(chans))
-        del chans
+        actors = dict(specs=specs, params=params, memory=self._actor_memory(self.chans))
         for attempt in range(1, RESTARTS + 2):
             try:
                 metrics, pieces = self._decide(resume, **actors)
@@ -354,8 +349,9 @@ class Run:
         return metrics, [entry for entry, _ in written]
 
     def _inputs(self) -> tuple[list[Channel], list[list[ray.ObjectRef]]]:
-        """The channels (their widths and settings) and, per graph and part, the part's rows
-        of every channel's input or the :class:`~.actors.PartRecipe` its actor makes them by.
+        """The channels (their widths and settings, without rows) and, per graph and part,
+        the part's rows of every channel's input or the :class:`~.actors.PartRecipe` its
+        actor makes them by.
 
         Without seeds or hints, each part actor makes its own rows from its own nodes (a
         Parquet layout's names and vectors are read there, :attr:`Graph.content`): the

@@ -614,10 +614,9 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
     """:func:`~tfgm_dist.auto.prepared_by_passes` of the whole ``pair`` in this task, with
     the user's settings ``asked`` and what the driver settled of them (``cfg``,
     ``report``): the held-out folds, the choices and the bootstrapping passes. Returns the
-    hints, whether the names
-    read from the ids were dropped (:func:`~tfgm_dist.auto.unnamed`), the settings, the
-    :class:`Prepared`, the stages' seconds and this process's usage: the pair itself, the
-    passes' embeddings and lists stay here."""
+    hints, whether the names read from the ids were dropped (:func:`~tfgm_dist.auto.unnamed`),
+    the settings, the :class:`Prepared`, the stages' seconds and this process's usage: the
+    pair itself, the passes' embeddings and lists stay here."""
     _threads(num_cpus)
     usage, watch = Usage("prepare"), Stopwatch()
     out, cfg, prepared = prepared_by_passes(_with_edges(pair, list(edges)), asked, cfg, report,
