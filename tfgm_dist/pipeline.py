@@ -228,20 +228,24 @@ def content_rows(content: Content, inputs: features.Names | torch.Tensor, cfg: C
     and ``content``. ``where(i)`` names input ``i`` in the error on a NaN or infinite
     value and the warning on an all-zero row (:func:`features.validate`)."""
     fc, kind = cfg.features, content.kind
+    where = where or (lambda i: f"row {i}")
     if kind == "given":
         x = inputs.float()
         if content.counts and fc.root_counts:
             x = x.sqrt()
     elif kind == "names":
         x = features.tf_idf(inputs.counts, content.idf)
-        if fc.encoder:  # the sentence vectors are dense: so is their concatenation
-            x = torch.cat([torch.nn.functional.normalize(x.to_dense(), dim=-1),
-                           features.sentence_vectors(inputs.texts)], dim=1)
+        if fc.encoder:  # two unit-norm blocks side by side: the bigrams, the sentence vectors
+            features.validate(x, where)
+            blocks = [features.unit_rows(x), features.sentence_vectors(inputs.texts)]
+            if fc.project_dim and fc.project_dim < sum(b.size(1) for b in blocks):
+                return features.projected_side_by_side(blocks, fc.project_dim, cfg.seed)
+            return torch.cat([features.dense(b) for b in blocks], dim=1)
     elif kind == "degree-onehot":
         x = features.degree_onehot(inputs, content.vocab)
     else:
         x = features.degree_sinusoidal(inputs, fc.sinusoidal_dim)
-    features.validate(x, where or (lambda i: f"row {i}"))
+    features.validate(x, where)
     if fc.project_dim and fc.project_dim < x.size(1):
         x = features.random_projection([x], fc.project_dim, cfg.seed)[0]
     return features.dense(x)
