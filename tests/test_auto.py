@@ -55,6 +55,29 @@ def test_settle_chooses_the_content_channel_and_its_depth_from_the_input(kind, e
     assert cfg.assign.polish == kind.startswith("degree")  # the edges move featureless pairs
 
 
+def test_names_get_sentence_vectors_between_the_encoders_bounds_when_it_is_installed(
+        monkeypatch):
+    low, high = auto.ENCODER_NODES
+
+    def settled(n: int, installed: bool, cfg: Config = Config()) -> tuple[Config, dict]:
+        monkeypatch.setattr(features, "encoder_installed", lambda: installed)
+        named = Graph(ids=pa.array(np.arange(n)), edge_index=torch.tensor([[0], [1]]),
+                      names=[f"node {i}" for i in range(n)])
+        return auto.settle(pipeline.Pair(named, named), cfg)
+
+    for n, installed, on in ((low - 1, True, False), (low, True, True), (high, True, True),
+                             (high + 1, True, False), (low, False, False)):
+        cfg, report = settled(n, installed)
+        assert cfg.features.encoder == on, (n, installed)
+        assert ("sentence vectors projected" in report["why"]["embed"]) == on
+        assert ("tfgm-dist[encoder]" in report["why"]["embed"]) == (not installed)
+    for asked in (False, True):  # the user's setting wins, and the reason says what runs
+        cfg, report = settled(low - 1, True, from_dict({"features": {"encoder": asked}}))
+        assert cfg.features.encoder == asked
+        assert ("sentence vectors projected" in report["why"]["embed"]) == asked
+        assert "only for" not in report["why"]["embed"]
+
+
 def test_vectors_that_look_alike_get_the_structure_channel_and_distinct_ones_do_not():
     n = 60
     alike = torch.eye(4)[torch.arange(n) % 4]  # four kinds of node: every one has look-alikes

@@ -60,6 +60,14 @@ SMALL_REFINE_STEPS = 60
 # with --seed 1 gives 99.35 against 99.23 (the draw's noise); refinement 3.5-4.3 -> 1.6-1.8 s
 # a pass, 25-32 -> 19-21 s a run; attributed dev pairs within +-0.5 points.
 REFINE_DIM = 128
+# Names also get all-MiniLM-L6-v2 sentence vectors (features.encoder) when the encoder extra
+# is installed and the larger graph has this many nodes. DBP15k one-to-one with seeds 96.05 /
+# 98.28 / 99.10 -> 96.48 / 98.73 / 99.33 (zh / ja / fr), without 93.80 / 97.18 / 99.14 ->
+# 94.61 / 97.46 / 99.37; for about 4 s of loading the model in every process that encodes
+# (so not below ENCODER_NODES[0], where a whole pass takes a few seconds) and 837 names a
+# second on 2 cores, once: the vectors are cached (so not above ENCODER_NODES[1], whose
+# 200,000 names take 4 minutes).
+ENCODER_NODES = (5_000, 100_000)
 # Without seeds to choose on, more than this many sources per target decode by each source's
 # best target, not one-to-one: most sources then have no counterpart and would take the
 # targets of those that do. A yeast copy of 992 nodes against one of 298 (2 of 64 words per
@@ -151,10 +159,19 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                         "through 10 weight-free layers with a random bias; the encoding "
                         "itself is left out, degrees alone match poorly")
     elif kind == "names":
-        chosen.update({"features.project_dim": 256, "embed.layers": 3})
+        encoder = (cfg.features.encoder if cfg.is_set("features.encoder") else
+                   ENCODER_NODES[0] <= n <= ENCODER_NODES[1] and features.encoder_installed())
+        chosen.update({"features.project_dim": 256, "embed.layers": 3,
+                       "features.encoder": encoder})
         why["embed"] = ("names" + (" read from the ids' URIs" if pair.source.names_from_ids
                                    or pair.target.names_from_ids else "")
-                        + ": hashed character bigrams projected to 256, 3 layers")
+                        + ": hashed character bigrams"
+                        + (" and all-MiniLM-L6-v2 sentence vectors" if encoder else "")
+                        + " projected to 256, 3 layers"
+                        + ("" if encoder or cfg.is_set("features.encoder") else
+                           f"; sentence vectors only for {ENCODER_NODES[0]}-{ENCODER_NODES[1]}"
+                           " nodes" + ("" if features.encoder_installed() else
+                                       " with the encoder installed (tfgm-dist[encoder])")))
     else:
         width = pair.source.feature_width
         alike = max(features.lookalike_share(g.feature_rows, g.num_nodes, seed=cfg.seed)

@@ -82,7 +82,7 @@ class FeatureConfig:
     kind: FeatureKind = "auto"  # auto: given vectors, else names, else degree-sinusoidal
     ngram: Positive = 2  # character n-gram size for names
     ngram_dim: Positive = 2048  # hashed n-gram width
-    encoder: Bool = False  # add all-MiniLM-L6-v2 sentence vectors of the names
+    encoder: Bool = False  # add all-MiniLM-L6-v2 sentence vectors of the names (auto: by size)
     sinusoidal_dim: Annotated[Int, Field(ge=2)] = 512
     project_dim: Count = 0  # seeded random projection of X to this width; 0 keeps X
     # given vectors whose every value in both graphs is a non-negative integer (counts) are
