@@ -304,9 +304,15 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
 
 @pytest.mark.parametrize("words", [True, False])
 def test_names_read_from_uris_are_kept_only_where_the_held_out_seeds_rank_better(
-        seeded_pair, words):
+        seeded_pair, words, monkeypatch):
     """The seeded pair's structure with names as URIs' local names give them: the true
-    target's name (words) or another node's (scripts the other graph does not share)."""
+    target's name (words) or another node's (scripts the other graph does not share). They
+    are weighed without sentence vectors, which only names that are kept then get."""
+    encoded = []
+    monkeypatch.setattr(auto, "ENCODER_NODES", (1, 10**9))
+    monkeypatch.setattr(features, "encoder_installed", lambda: True)
+    monkeypatch.setattr(features, "sentence_vectors",
+                        lambda texts: encoded.append(len(texts)) or torch.zeros(len(texts), 384))
     rng = np.random.default_rng(0)
     n = seeded_pair.source.num_nodes
     word = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 8)) for _ in range(2 * n)]
@@ -326,6 +332,7 @@ def test_names_read_from_uris_are_kept_only_where_the_held_out_seeds_rank_better
     assert cfg.features.kind == ("names" if words else "degree-sinusoidal")
     assert (pair.source.names is not None) == words
     assert prepared.report["kind"] == cfg.features.kind
+    assert cfg.features.encoder == words and bool(encoded) == words
     if words:
         return
     given = replace(named, source=replace(named.source, names_from_ids=False),

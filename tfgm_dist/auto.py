@@ -590,12 +590,20 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
             hints = confident_matches(first)
             cfg, report["bootstrap"] = _hinted(pair, cfg, hints)
         return replace(pair, hints=hints), cfg, Prepared(report, first=first)
+    # names read from URIs are weighed against structure without their sentence vectors:
+    # encoding DBP15k zh-en's took a minute of a run that then dropped them
+    weighed = (cfg.auto and cfg.features.encoder and not asked.is_set("features.encoder")
+               and _uri_names(pair, asked, cfg))
+    if weighed:
+        cfg = _apply(cfg, {"features.encoder": False})
     pair = pipeline.with_inputs(pair.with_content(), cfg)
     trials = [(estimation_pair(replace(pair, seeds=kept), held), held) for kept, held in splits]
     helds = [held for _, held in trials]
     with watch.stage("estimate"):
         if cfg.auto:
             pair, trials, cfg, report = _names_or_structure(pair, trials, asked, cfg, report)
+            if weighed and feature_kind(pair, cfg) == "names":
+                cfg = _apply(cfg, {"features.encoder": True})
         cfg, guesses, decoding = _decoded(trials, cfg)
         if decoding is not None:
             report["decoding"] = decoding
@@ -678,9 +686,7 @@ def _names_or_structure(pair: Pair, trials: list[tuple[Pair, Pairs]], asked: Con
     down to 64.6 / 63.1, and the held-out MRR tells which (fr 0.951 named, 0.600 not; zh
     0.547, 0.562; ja 0.552, 0.574)."""
     cfg, selected = select(trials, cfg)
-    derived = pair.source.names_from_ids or pair.target.names_from_ids
-    if (not derived or not selected or feature_kind(pair, cfg) != "names"
-            or asked.is_set("features.kind")):
+    if not selected or not _uri_names(pair, asked, cfg):
         return pair, trials, cfg, {**report, "selected": selected}
     plain = replace(pair, source=unnamed(pair.source), target=unnamed(pair.target))
     plain_cfg, plain_report = settle(plain, asked)
@@ -696,6 +702,13 @@ def _names_or_structure(pair: Pair, trials: list[tuple[Pair, Pairs]], asked: Con
         return pair, trials, cfg, {**report, "names": names, "selected": selected}
     return plain, plain_trials, plain_cfg, {**plain_report, "names": names,
                                             "selected": plain_selected}
+
+
+def _uri_names(pair: Pair, asked: Config, cfg: Config) -> bool:
+    """Whether ``pair``'s content is names read from its ids' URIs, which
+    :func:`_names_or_structure` weighs against structure alone."""
+    return (bool(pair.source.names_from_ids or pair.target.names_from_ids)
+            and feature_kind(pair, cfg) == "names" and not asked.is_set("features.kind"))
 
 
 def _names_lead(held: int) -> float:
