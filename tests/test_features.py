@@ -221,6 +221,21 @@ def test_sentence_vectors_do_not_depend_on_the_names_encoded_beside_them(tmp_pat
     assert torch.equal(whole, parts)  # bit for bit: a Ray part's names equal one process's
 
 
+def test_sentence_vectors_are_encoded_again_where_the_cache_is_unreadable_or_unwritable(
+        tmp_path, caplog):
+    names = ["Berlin", "Paris"]
+    v = sentence_vectors(names, cache_dir=tmp_path)
+    [cached] = tmp_path.glob("minilm-*.npy")
+    cached.write_bytes(b"not an array")  # a damaged cache file is replaced
+    assert torch.equal(sentence_vectors(names, cache_dir=tmp_path), v)
+    assert np.load(cached).shape == (2, 384)
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    with caplog.at_level("WARNING"):  # no folder can be made there: the run goes on
+        assert torch.equal(sentence_vectors(names, cache_dir=blocked / "cache"), v)
+    assert "not cached" in caplog.text and "TFGM_CACHE" in caplog.text
+
+
 def test_side_by_side_blocks_project_as_their_concatenation():
     gen = torch.Generator().manual_seed(0)
     sparse = torch.rand(6, 9, generator=gen).mul(torch.rand(6, 9, generator=gen) > 0.6)

@@ -124,15 +124,24 @@ def sentence_vectors(texts: list[str], cache_dir: str | Path | None = None) -> t
     cache_dir = Path(cache_dir or os.environ.get("TFGM_CACHE")
                      or Path.home() / ".cache" / "tfgm-dist")
     path = cache_dir / f"minilm-{digest}.npy"
-    if not path.exists():
-        log.info("features: encoding %d names with all-MiniLM-L6-v2 (cached at %s)",
-                 unique.size, path)
-        vectors = _encoded(list(unique))
+    try:
+        vectors = np.load(path, allow_pickle=False)
+        if vectors.shape == (unique.size, ENCODER_WIDTH):
+            return torch.from_numpy(vectors[inverse])
+    except (OSError, ValueError):  # not cached yet, or not readable: encoded again
+        pass
+    log.info("features: encoding %d names with all-MiniLM-L6-v2 (cached at %s)",
+             unique.size, path)
+    vectors = _encoded(list(unique))
+    try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
         np.save(tmp, vectors, allow_pickle=False)
         tmp.replace(path)
-    return torch.from_numpy(np.load(path, allow_pickle=False)[inverse])
+    except OSError as e:  # a read-only home in a container: the run goes on uncached
+        log.warning("features: the sentence vectors are not cached: %s (set TFGM_CACHE to a "
+                    "writable folder)", e)
+    return torch.from_numpy(vectors[inverse])
 
 
 @functools.cache
