@@ -584,7 +584,8 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
     splits = [] if pair.seeds is None else _folds(pair.seeds, pair, cfg.seed)
     if not splits:
         # names and vectors left in the input: a pass runs here, and the last one reuses them
-        pair = pipeline.with_inputs(pair.with_content(), cfg)
+        with watch.stage("features"):
+            pair = pipeline.with_inputs(pair.with_content(), cfg)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
             first = pipeline.align(pair, _apply(cfg, {"assign.polish": False}), Stopwatch())
             hints = confident_matches(first)
@@ -596,7 +597,8 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
                and _uri_names(pair, asked, cfg))
     if weighed:
         cfg = _apply(cfg, {"features.encoder": False})
-    pair = pipeline.with_inputs(pair.with_content(), cfg)
+    with watch.stage("features"):  # the names' sentence vectors are encoded here
+        pair = pipeline.with_inputs(pair.with_content(), cfg)
     trials = [(estimation_pair(replace(pair, seeds=kept), held), held) for kept, held in splits]
     helds = [held for _, held in trials]
     with watch.stage("estimate"):

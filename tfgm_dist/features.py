@@ -70,6 +70,8 @@ class Names:
 
     texts: list[str]
     counts: torch.Tensor  # [len(texts), dim] sparse COO
+    # [len(texts), 384] their sentence vectors where made for both graphs at once
+    vectors: torch.Tensor | None = None
 
     @staticmethod
     def hashed(texts: list[str], n: int = 2, dim: int = 2048) -> "Names":

@@ -237,7 +237,8 @@ def content_rows(content: Content, inputs: features.Names | torch.Tensor, cfg: C
         x = features.tf_idf(inputs.counts, content.idf)
         if fc.encoder:  # two unit-norm blocks side by side: the bigrams, the sentence vectors
             features.validate(x, where)
-            blocks = [features.unit_rows(x), features.sentence_vectors(inputs.texts)]
+            blocks = [features.unit_rows(x), features.sentence_vectors(inputs.texts)
+                      if inputs.vectors is None else inputs.vectors]
             if fc.project_dim and fc.project_dim < sum(b.size(1) for b in blocks):
                 return features.projected_side_by_side(blocks, fc.project_dim, cfg.seed)
             return torch.cat([features.dense(b) for b in blocks], dim=1)
@@ -261,6 +262,10 @@ def input_features(pair: Pair, cfg: Config) -> tuple[torch.Tensor, torch.Tensor]
         return made.x_s, made.x_t
     kind = content_kind(pair, cfg)
     inputs = [node_inputs(g, kind, cfg) for g in (s, t)]
+    if kind == "names" and cfg.features.encoder:  # the names both graphs hold encoded once
+        both = features.sentence_vectors(inputs[0].texts + inputs[1].texts)
+        inputs = [replace(inputs[0], vectors=both[:len(inputs[0].texts)]),
+                  replace(inputs[1], vectors=both[len(inputs[0].texts):])]
     content = Content.of(kind, [content_counts(kind, x) for x in inputs]
                          if counted(kind, cfg) else [])
     return tuple(content_rows(content, x, cfg, features.node_named(g))
