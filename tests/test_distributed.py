@@ -241,8 +241,8 @@ def as_part_files(nodes: Path) -> None:
     (nodes / "_SUCCESS").write_text("")
 
 
-@pytest.mark.parametrize("content", ["names", "names and sentence vectors", "vectors",
-                                     "vectors in part files", "vectors and seeds"])
+@pytest.mark.parametrize("content", ["names", "vectors", "vectors in part files",
+                                     "vectors and seeds"])
 def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster, tmp_path,
                                                                        monkeypatch, content):
     """Without seeds or bootstrapping each part reads its nodes' names or vectors from
@@ -252,7 +252,7 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
     the content whole (for vectors the sample of the look-alike test, then without seeds
     one node's row for the width; for names that node's)."""
     data = write_pair(tmp_path / "data", 800, seed=7, feature_noise=2.0)
-    if content.startswith("names"):
+    if content == "names":
         named(data, np.random.default_rng(0))
     if content == "vectors in part files":
         for side in ("source", "target"):
@@ -270,7 +270,7 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
         [bootstrap]
         rounds = 0
     """)
-    if content == "names and sentence vectors":  # each part encodes its own nodes' names
+    if content == "names":  # each part encodes its own nodes' names: sentence vectors too
         base = with_overrides(base, **{"features.encoder": True})
     single = run_job(job(base, tmp_path / "single", 0, **paths))
     whole, read = Graph.with_content, []
@@ -285,14 +285,13 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
         len(nodes)) or real_read(c, nodes, columns))
     two = run_job(job(base, tmp_path / "p2", 2, **paths))
     assert single["auto"]["kind"] == two["auto"]["kind"] == (
-        "names" if content.startswith("names") else "given")
+        "names" if content == "names" else "given")
     assert_same_rows(tmp_path / "single", tmp_path / "p2")
     (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / "p2")
     assert ta.equals(tb)
     assert two["accuracy"] == single["accuracy"] > 0.5
     assert two.get("estimate") == single.get("estimate")
-    assert read == {"names": [1], "names and sentence vectors": [1],
-                    "vectors and seeds": [800, 800]}.get(content, [800, 800, 1])
+    assert read == {"names": [1], "vectors and seeds": [800, 800]}.get(content, [800, 800, 1])
 
 
 def test_a_bad_vector_found_by_a_part_is_one_error_and_nothing_is_written(cluster, tmp_path):
