@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs import warn_uncompiled
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -304,6 +306,7 @@ def main() -> None:
     pairs = args.pairs.split(",")
     threads = os.environ.get("OMP_NUM_THREADS", "default")
     print(f"machine: {os.cpu_count()} cores, torch threads {threads}")
+    warn_uncompiled()
     if args.only in (None, "yeast"):
         bench_yeast(args.runs)
     if args.only in (None, "dbp15k"):

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import ray
 import torch
 
+from jobs import warn_uncompiled
 from jobs.bench_engine import DATA, prepare_dbp, run_cli
 from tfgm_dist.search import Candidates
 
@@ -210,6 +211,7 @@ def main() -> None:
     partitions = [int(x) for x in args.partitions.split(",") if x]  # "": one process only
     print(f"machine: {os.cpu_count()} cores, torch threads "
           f"{os.environ.get('OMP_NUM_THREADS', 'default')}")
+    warn_uncompiled()
     if args.only in (None, "dbp15k"):
         if not DATA.exists():
             sys.exit(f"benchmark data not found at {DATA}")

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow.dataset as ds
 import torch
 
+from jobs import warn_uncompiled
 from jobs.bench_engine import CONFIGS
 from tfgm_dist.config import load_config
 from tfgm_dist.pipeline import channels, embeddings, load_pair, operators
@@ -184,6 +185,7 @@ def main() -> None:
     bounds = machine_bounds()
     print(f"machine: {os.cpu_count()} cores; memory bandwidth {bounds['bandwidth'] / 1e9:.1f} "
           f"GB/s (copy); dense GEMM {bounds['gemm'] / 1e9:.0f} GFLOP/s (float32)\n")
+    warn_uncompiled()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tfgm-scale-") as tmp:
         data = Path(args.data or tmp)

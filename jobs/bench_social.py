@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from jobs import warn_uncompiled
 from jobs.bench_engine import fmt_reliability, undirected
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -581,7 +582,8 @@ def main() -> None:
     if not (DATA / "social").exists():
         sys.exit(f"benchmark data not found: {DATA / 'social'} is missing")
     selected = [s for s in args.pairs.split(",") if s]
-    print(f"machine: {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)", flush=True)
+    print(f"machine: {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable)")
+    warn_uncompiled()
     with tempfile.TemporaryDirectory(prefix="bench-social-") as tmp:
         if args.only in (None, "shared"):
             bench_shared(selected, Path(tmp), args.timeout, tuple(args.set))

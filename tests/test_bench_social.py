@@ -76,3 +76,19 @@ def test_a_count_dev_pair_draws_each_copy_from_the_same_rates(tmp_path):
     other = np.mean([np.corrcoef(rows[at[s]], counts[t])[0, 1]
                      for (s, _), (_, t) in zip(pair.gold, np.roll(pair.gold, 1, axis=0))])
     assert own > other + 0.3
+
+
+def test_the_benchmarks_warn_when_every_process_they_start_would_compile_its_imports(
+        monkeypatch, capsys, tmp_path):
+    import types
+
+    import jobs
+    compiled = tmp_path / "torch.pyc"
+    monkeypatch.setattr(jobs.importlib.util, "cache_from_source", lambda path: str(compiled))
+    monkeypatch.setattr(jobs, "sys", types.SimpleNamespace(
+        flags=types.SimpleNamespace(dont_write_bytecode=True), executable="python"))
+    jobs.warn_uncompiled()
+    assert "compileall" in capsys.readouterr().out
+    compiled.touch()  # the bytecode is there: nothing to say
+    jobs.warn_uncompiled()
+    assert capsys.readouterr().out == ""
