@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfgm_dist.features import (degree_onehot, degree_sinusoidal, degrees, document_frequency,
-                                inverse_document_frequency, ngram_counts, node_named,
-                                projected_side_by_side, random_projection, sentence_vectors,
-                                tf_idf, tie_seeds, unit_rows, validate)
+from tfgm_dist.features import (Names, degree_onehot, degree_sinusoidal, degrees,
+                                document_frequency, inverse_document_frequency, ngram_counts,
+                                node_named, projected_side_by_side, random_projection,
+                                sentence_vectors, tf_idf, tie_seeds, unit_rows, validate)
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 
@@ -260,3 +260,30 @@ def test_sentence_vectors_encode_offline_and_reuse_the_cache_in_any_order(tmp_pa
     again = sentence_vectors(list(reversed(names)), cache_dir=tmp_path)
     assert torch.equal(again, v.flip(0))
     assert list(tmp_path.glob("minilm-*.npy")) == cached
+
+
+def test_names_in_another_script_are_read_in_latin_letters():
+    names = Names.hashed(["Москва", "Québec", "北京", "Berlin"])
+    assert names.texts == ["Moskva", "Quebec", "BeiJing", "Berlin"]
+    assert torch.equal(names.counts.to_dense()[0], Names.hashed(["MOSKVA"]).counts.to_dense()[0])
+
+
+def test_graphs_named_in_two_scripts_are_matched_by_their_names():
+    """A ring, so that structure cannot tell the nodes apart: only the names, Cyrillic in
+    one graph and Latin in the other, can."""
+    import tfgm_dist
+    cyrillic = ["Москва", "Казань", "Самара", "Омск", "Томск", "Пермь", "Тула", "Сочи",
+                "Курск", "Уфа"]
+    latin = ["Moskva", "Kazan", "Samara", "Omsk", "Tomsk", "Perm", "Tula", "Sochi", "Kursk",
+             "Ufa"]
+    n = len(cyrillic)
+    ring = pa.table({"src": list(range(n)), "dst": [(i + 1) % n for i in range(n)]})
+    order = [3, 7, 0, 9, 5, 1, 8, 2, 6, 4]  # the target's ids are another numbering
+    target = pa.table({"src": [order[i] for i in range(n)],
+                       "dst": [order[(i + 1) % n] for i in range(n)]})
+    result = tfgm_dist.align(
+        (ring, pa.table({"id": list(range(n)), "name": cyrillic})),
+        (target, pa.table({"id": [order[i] for i in range(n)], "name": latin})))
+    best = dict(zip(result.matches["source_id"].to_pylist(),
+                    result.matches["target_id"].to_pylist()))
+    assert best == {i: order[i] for i in range(n)}

@@ -21,6 +21,7 @@ from unittest import mock
 import numpy as np
 import torch
 import torch.nn.functional as F
+from anyascii import anyascii
 
 from .config import EmbedConfig
 from .embed import sparse_on_purpose
@@ -64,19 +65,31 @@ def ngram_counts(texts: list[str], n: int = 2, dim: int = 2048) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Names:
-    """Names and their :func:`ngram_counts`, hashed once for both the IDF's document
-    frequency and the TF-IDF rows (hashing them for each had cost DBP15k zh-en 0.49 s a
-    run, the document frequencies' share)."""
+    """Names in Latin letters and their :func:`ngram_counts`, hashed once for both the IDF's
+    document frequency and the TF-IDF rows (hashing them for each had cost DBP15k zh-en
+    0.49 s a run, the document frequencies' share)."""
 
-    texts: list[str]
+    texts: list[str]  # transliterated (:meth:`hashed`): what the bigrams and the encoder read
     counts: torch.Tensor  # [len(texts), dim] sparse COO
     # [len(texts), 384] their sentence vectors where made for both graphs at once
     vectors: torch.Tensor | None = None
 
     @staticmethod
     def hashed(texts: list[str], n: int = 2, dim: int = 2048) -> "Names":
-        """``texts`` with their :func:`ngram_counts`."""
-        return Names(texts, ngram_counts(texts, n, dim))
+        """``texts`` transliterated to Latin letters, with their :func:`ngram_counts`.
+
+        Two graphs can name one entity in two scripts (北京 and Beijing, Москва and
+        Moskva, Québec and Quebec), where no character n-gram is shared and the English
+        sentence encoder reads nothing. anyascii's per-character tables give 北京 BeiJing,
+        Москва Moskva and Québec Quebec, and leave ASCII as it is: on DBP15k as shipped
+        (names from the URIs, in their own scripts; one-to-one) zh-en and ja-en with seeds
+        72.0 / 72.2 on structure alone became 79.8 / 84.9 with the names, and without seeds
+        10.3 / 10.2 became 28.5 / 44.2; fr-en 98.7 -> 98.8 and 98.2 -> 98.3. DBP15k's
+        translated names, ASCII but for accents (josé mário vaz, jose mario vaz), moved by
+        -0.4 to +0.1. (Transliterated for the bigrams alone, the encoder reading the
+        scripts: zh / ja 78.1 / 84.0 and 19.5 / 30.3.) 0.05 s a million ASCII names."""
+        latin = [anyascii(t) for t in texts]
+        return Names(latin, ngram_counts(latin, n, dim))
 
 
 def document_frequency(counts: torch.Tensor) -> np.ndarray:
