@@ -101,7 +101,7 @@ def test_the_order_of_the_rows_in_the_input_files_does_not_change_the_matches(tm
 
     synth = write_pair(tmp_path / "synth", n=600)
     rng = np.random.default_rng(1)
-    seeds = pq.read_table(synth["gold"]).slice(0, 120)
+    seeds = pq.read_table(synth["gold"]).slice(0, 240)  # 5 held-out folds, not 9 for 120
     runs = []
     for shuffled in (False, True):
         folder = tmp_path / str(shuffled)
@@ -121,7 +121,7 @@ def test_the_order_of_the_rows_in_the_input_files_does_not_change_the_matches(tm
         found = align(inputs["source"], inputs["target"], seeds=folder / "seeds.parquet",
                       bootstrap={"rounds": 1})
         runs.append(found.matches.sort_by([("source_id", "ascending"), ("rank", "ascending")]))
-    assert runs[0].num_rows > 400
+    assert runs[0].num_rows > 300
     assert runs[0].equals(runs[1])
 
 
