@@ -532,7 +532,8 @@ def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
 def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_of(tmp_path):
     """Noisy copies of yeast whose nodes carry 2 of 64 words, no seeds: the first pass's
     mutual best matches of confidence >= 0.8 (fitted on its own mutual matches) anchor the
-    output pass, not all of them."""
+    output pass, not all of them, :data:`auto.HINTED_ANCHOR_LAYERS` deep (the held-out
+    hints choose only their weight)."""
     from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
     from tfgm_dist.load import load_graph
     g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
@@ -540,7 +541,7 @@ def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_o
                        keep=0.8, edge_drop=0.25, attributed=True, vocabulary=64, words=2)
     paths = write_dev_pair(dev, tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config())
-    final, _, prepared = auto.prepare(pair, Config(), Stopwatch())
+    final, cfg, prepared = auto.prepare(pair, Config(), Stopwatch())
     first = prepared.first
     margin, mutual = estimate.margins(first), first.mutual.numpy()
     sure = (estimate.on_mutual(margin, mutual)(margin) >= auto.HINT_CONFIDENCE).numpy()
@@ -549,6 +550,10 @@ def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_o
     assert np.array_equal(final.hints[0], rows[mutual & sure])
     assert np.array_equal(final.hints[1], matched[mutual & sure])
     assert prepared.report["bootstrap"]["hints"] == final.hints[0].size
+    tried = prepared.report["bootstrap"]["selected"]["held_out_mrr"]
+    depth = f"{auto.HINTED_ANCHOR_LAYERS} layers"
+    assert len(tried) > 2 and all(k == "off" or k.endswith(depth) for k in tried)
+    assert cfg.anchors.layers == auto.HINTED_ANCHOR_LAYERS or not cfg.anchors.enabled
 
 
 @needs_yeast
