@@ -49,6 +49,8 @@ def test_settle_chooses_the_content_channel_and_its_depth_from_the_input(kind, e
     cfg, report = auto.settle(pair, Config())
     assert report["kind"] == kind and cfg.features.kind == kind
     assert cfg.embed.layers == layers
+    # a name is an identity claim: its own block weighs more than a layer's
+    assert cfg.embed.input_weight == (auto.NAME_INPUT_WEIGHT if kind == "names" else 1.0)
     assert cfg.assign.method == "one-to-one" and cfg.refine.enabled
     assert not cfg.anchors.enabled  # no seeds
     assert set(report["why"]) >= {"embed", "search", "refine", "assign", "polish"}

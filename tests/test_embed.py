@@ -229,22 +229,29 @@ def test_row_block_halo_is_the_in_neighbourhood_of_its_rows():
 
 def test_a_pairs_embedding_is_each_channels_embedding_scaled_and_side_by_side():
     """pipeline.embeddings writes every block in place: bit for bit the channels' embed()
-    times the square root of their weights, concatenated (with an input block, without
-    one, and BasicTFGM's single block)."""
+    times the square root of their weights, concatenated (with an input block, one that
+    weighs two layers, without one, and BasicTFGM's single block); the largest score is the
+    weighted count of unit blocks."""
     from tfgm_dist.features import Channel
-    from tfgm_dist.pipeline import embeddings
+    from tfgm_dist.pipeline import embeddings, scale
     n, gen = 40, torch.Generator().manual_seed(2)
     ops = tuple(graph_operator(random_graph(n, 90, seed=s), n, "sum") for s in (1, 2))
-    specs = [(EmbedConfig(layers=2), 1.0, 8), (EmbedConfig(layers=3, include_input=False), 0.25, 5),
+    specs = [(EmbedConfig(layers=2), 1.0, 8), (EmbedConfig(layers=2, input_weight=2.0), 0.5, 7),
+             (EmbedConfig(layers=3, include_input=False), 0.25, 5),
              (EmbedConfig(layers=2, basic=True), 3.0, 6)]
     chans = [Channel(f"c{i}", torch.randn(n, d, generator=gen), torch.randn(n, d, generator=gen),
                      spec, w) for i, (spec, w, d) in enumerate(specs)]
     got = embeddings(chans, ops, seed=4)
     for g, op in enumerate(ops):
-        want = torch.cat([embed((c.x_s, c.x_t)[g], whole(op), c.embed,
-                                layer_params(c.embed, c.x_s.size(1), 4)) * math.sqrt(c.weight)
-                          for c in chans], 1)
+        want = torch.cat([b * math.sqrt(c.weight * w) for c in chans for b, w in zip(
+            embed((c.x_s, c.x_t)[g], whole(op), c.embed,
+                  layer_params(c.embed, c.x_s.size(1), 4)).split(c.x_s.size(1), 1),
+            c.embed.block_weights)], 1)
         assert torch.equal(got[g], want)
+    assert [c.embed.block_weights for c in chans] == [[1, 1, 1], [2, 1, 1], [1, 1, 1], [1]]
+    assert scale(chans) == 1.0 * 3 + 0.5 * 4 + 0.25 * 3 + 3.0 * 1
+    own = (got[0] * got[0]).sum(1)  # a row against itself scores the largest score
+    torch.testing.assert_close(own, torch.full((n,), scale(chans)))
 
 
 def test_basic_tfgm_returns_one_unit_block_with_residual():

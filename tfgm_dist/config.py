@@ -65,6 +65,8 @@ class EmbedConfig:
     relu: Bool = False  # sigma = ReLU between layers instead of identity
     basic: Bool = False  # BasicTFGM: residual, last layer only
     include_input: Bool = True  # keep F^(0) in the concatenation
+    # F^(0)'s weight in a score, relative to one layer's block (its rows scaled by the root)
+    input_weight: Annotated[Float, Field(gt=0)] = 1.0
 
     def __post_init__(self) -> None:
         if self.basic and not self.include_input:
@@ -73,8 +75,21 @@ class EmbedConfig:
 
     @property
     def num_blocks(self) -> int:
-        """How many unit-norm blocks an embedding row concatenates (its maximal score)."""
+        """How many unit-norm blocks an embedding row concatenates."""
         return 1 if self.basic else self.layers + int(self.include_input)
+
+    @property
+    def block_weights(self) -> list[float]:
+        """Each block's weight in a score, in the order of the concatenation: the input's
+        (``input_weight``) first where kept, then 1 per layer."""
+        if self.basic:
+            return [1.0]
+        return [self.input_weight] * int(self.include_input) + [1.0] * self.layers
+
+    @property
+    def unit_blocks(self) -> float:
+        """The largest score of two embedding rows: the sum of :attr:`block_weights`."""
+        return sum(self.block_weights)
 
 
 @dataclass(frozen=True, config=SECTION)

@@ -346,7 +346,7 @@ class Channel:
     @property
     def scale(self) -> float:
         """The channel's largest possible score: ``weight`` times its unit blocks."""
-        return self.weight * self.embed.num_blocks
+        return self.weight * self.embed.unit_blocks
 
 
 def tie_seeds(x_s: torch.Tensor, x_t: torch.Tensor, seeds_s: torch.Tensor,

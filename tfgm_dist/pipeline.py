@@ -336,16 +336,18 @@ def scale(chans: list[features.Channel]) -> float:
 
 def embeddings(chans: list[features.Channel], ops: tuple[Operator, Operator], seed: int
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Single-process TFGM embeddings ``O_s, O_t``: every channel's, scaled by
-    :math:`\\sqrt{w}`, concatenated."""
+    """Single-process TFGM embeddings ``O_s, O_t``: every channel's, each block scaled by
+    the root of the channel's weight times the block's (:attr:`EmbedConfig.block_weights`),
+    concatenated."""
     params = [layer_params(c.embed, c.x_s.size(1), seed) for c in chans]
     width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
     out = []
     for g, op in enumerate(ops):
         block, o, at = whole(op), torch.empty(op.num_nodes, width), 0
         for c, p in zip(chans, params):
-            for b in embed_blocks((c.x_s, c.x_t)[g], block, c.embed, p):
-                torch.mul(b, math.sqrt(c.weight), out=o[:, at:at + b.size(1)])
+            for b, w in zip(embed_blocks((c.x_s, c.x_t)[g], block, c.embed, p),
+                            c.embed.block_weights):
+                torch.mul(b, math.sqrt(c.weight * w), out=o[:, at:at + b.size(1)])
                 at += b.size(1)
         out.append(o)
     return out[0], out[1]

@@ -276,7 +276,7 @@ def label_features(o: torch.Tensor, op: Operator, nearest: Nearest, collection: 
         psi = EmbedConfig(layers=rc.layers, operator=ec.operator, self_loops=ec.self_loops,
                           include_input=rc.include_input)
         s = refine(u, whole(_copies(op, g)), whole(collection_op), steps=rc.steps, dim=rc.dim,
-                   psi=psi, scale=ec.num_blocks, seed=cfg.seed)
+                   psi=psi, scale=ec.unit_blocks, seed=cfg.seed)
     best = assign.argmax(s)
     if sc.match == "one-to-one":  # a node the sparse assignment leaves out keeps its best hit
         matched = assign.one_to_one(s, collection.graph.num_nodes, method="sparse")
@@ -340,7 +340,7 @@ def align_labelled(pair: Pair, collection: Collection, o_c: torch.Tensor, o_s: t
     """The kNN step and the final match, from embeddings of the collection and the pair.
 
     Any embedding works (e.g. :class:`tfgm_dist.geometric.RandomGMM`'s) as long as the
-    three come from the same network and ``cfg.embed.num_blocks`` is its number of unit blocks.
+    three come from the same network and ``cfg.embed.unit_blocks`` is their largest score.
     """
     watch = watch or Stopwatch()
     with watch.stage("knn"):

@@ -598,7 +598,7 @@ class Run:
             kept = self._kept(ec, layers)
             for p in range(P):
                 blocks[p] += [lay[p] for lay in kept]
-            scales += [self.chans[c].weight ** 0.5] * len(kept)
+            scales += [(self.chans[c].weight * w) ** 0.5 for w in ec.block_weights]
         return [w[p].concat.remote(scales, *blocks[p]) for p in range(P)]
 
     def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
