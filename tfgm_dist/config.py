@@ -76,7 +76,7 @@ class EmbedConfig:
     @property
     def num_blocks(self) -> int:
         """How many unit-norm blocks an embedding row concatenates."""
-        return 1 if self.basic else self.layers + int(self.include_input)
+        return len(self.block_weights)
 
     @property
     def block_weights(self) -> list[float]:
