@@ -34,6 +34,17 @@ def seeds(k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(k), np.arange(k)
 
 
+def look_alike_yeast(tmp_path: Path) -> dict[str, Path]:
+    """Noisy copies of yeast (80 % of the nodes, 75 % of the edges) whose nodes carry 2 of
+    64 words: vectors that tell few nodes apart."""
+    from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
+    from tfgm_dist.load import load_graph
+    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
+    dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
+                       keep=0.8, edge_drop=0.25, attributed=True, vocabulary=64, words=2)
+    return write_dev_pair(dev, tmp_path)
+
+
 # ---------------------------------------------------------------------------------------------
 # settle: one default for every kind of input
 
@@ -128,6 +139,25 @@ def test_without_seeds_far_more_sources_than_targets_decode_by_each_sources_best
                        Config())[0].assign.method == "one-to-one"  # the held-out seeds decide
     asked = from_dict({"assign": {"method": "one-to-one"}})
     assert auto.settle(crowded, asked)[0].assign.method == "one-to-one"
+
+
+def test_without_seeds_hints_grow_where_vectors_look_alike_and_sources_are_not_crowded():
+    n = 60
+    alike, distinct = torch.eye(4)[torch.arange(n) % 4], torch.eye(n)
+    grown = auto.settle(pipeline.Pair(ring(n, features=alike), ring(n, features=alike)),
+                        Config())[0]
+    assert (grown.bootstrap.grow_from, grown.bootstrap.rounds) == (auto.GROWN_FROM,
+                                                                   auto.GROWN_ROUNDS)
+    assert grown.anchors.weight == auto.GROWN_WEIGHT  # on once there are hints
+    for pair in (pipeline.Pair(ring(n, features=distinct), ring(n, features=distinct)),
+                 pipeline.Pair(ring(n, features=alike), ring(n, features=alike),
+                               seeds=seeds(5)),
+                 pipeline.Pair(ring(90, features=alike[:1].repeat(90, 1)),
+                               ring(50, features=alike[:1].repeat(50, 1)))):  # crowded
+        assert auto.settle(pair, Config())[0].bootstrap.grow_from == 0
+    asked = auto.settle(pipeline.Pair(ring(n, features=alike), ring(n, features=alike)),
+                        from_dict({"bootstrap": {"grow_from": 0}}))[0]
+    assert asked.bootstrap.grow_from == 0 and asked.bootstrap.rounds == 1
 
 
 def test_settle_polishes_featureless_pairs_searched_exactly_and_bootstraps_beyond_faq():
@@ -435,16 +465,12 @@ def test_the_structure_channel_lifts_vectors_that_tell_few_nodes_apart(tmp_path)
     """Two noisy copies of yeast whose nodes carry 2 of 64 words: the given vectors alone
     match a third of the nodes, with their deep structure channel over half (measured 36.0
     and 57.4 Hits@1)."""
-    from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
-    from tfgm_dist.load import load_graph
-    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
-    dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
-                       keep=0.8, edge_drop=0.25, attributed=True, vocabulary=64, words=2)
-    paths = write_dev_pair(dev, tmp_path)
+    paths = look_alike_yeast(tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
-    with_it = auto.align(pair, Config())
+    once = {"bootstrap": {"grow_from": 0}}  # one round of hints, as measured
+    with_it = auto.align(pair, from_dict(once))
     assert with_it.metrics["auto"]["chosen"]["structure.enabled"]
-    without = auto.align(pair, from_dict({"structure": {"enabled": False}}))
+    without = auto.align(pair, from_dict({**once, "structure": {"enabled": False}}))
     assert with_it.metrics["hits@1"] >= without.metrics["hits@1"] + 0.1
 
 
@@ -532,18 +558,14 @@ def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
 
 @needs_yeast
 def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_of(tmp_path):
-    """Noisy copies of yeast whose nodes carry 2 of 64 words, no seeds: the first pass's
-    mutual best matches of confidence >= 0.8 (fitted on its own mutual matches) anchor the
-    output pass, not all of them, :data:`auto.HINTED_ANCHOR_LAYERS` deep (the held-out
-    hints choose only their weight)."""
-    from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
-    from tfgm_dist.load import load_graph
-    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
-    dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
-                       keep=0.8, edge_drop=0.25, attributed=True, vocabulary=64, words=2)
-    paths = write_dev_pair(dev, tmp_path)
+    """No seeds, one round (``bootstrap.grow_from = 0``): the first pass's mutual best
+    matches of confidence >= 0.8 (fitted on its own mutual matches) anchor the output pass,
+    not all of them, :data:`auto.HINTED_ANCHOR_LAYERS` deep (the held-out hints choose only
+    their weight)."""
+    paths = look_alike_yeast(tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config())
-    final, cfg, prepared = auto.prepare(pair, Config(), Stopwatch())
+    final, cfg, prepared = auto.prepare(pair, from_dict({"bootstrap": {"grow_from": 0}}),
+                                        Stopwatch())
     first = prepared.first
     margin, mutual = estimate.margins(first), first.mutual.numpy()
     sure = (estimate.on_mutual(margin, mutual)(margin) >= auto.HINT_CONFIDENCE).numpy()
@@ -556,6 +578,38 @@ def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_o
     depth = f"{auto.HINTED_ANCHOR_LAYERS} layers"
     assert len(tried) > 2 and all(k == "off" or k.endswith(depth) for k in tried)
     assert cfg.anchors.layers == auto.HINTED_ANCHOR_LAYERS or not cfg.anchors.enabled
+
+
+@needs_yeast
+def test_grown_hints_double_from_the_surest_to_every_mutual_match(tmp_path, monkeypatch):
+    """Where vectors look alike the hints grow: the passes know 32, 64, ... of the mutual
+    best matches of the largest margin of the pass before, and the output pass every mutual
+    match of the last of them; Hits@1 well above one round of the confident ones (measured
+    on this pair 69.9 against 58.4)."""
+    paths = look_alike_yeast(tmp_path)
+    pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
+    known, align = [], pipeline.align
+
+    def counting(p, cfg, watch=None):
+        known.append(0 if p.hints is None else p.hints[0].size)
+        return align(p, cfg, watch)
+
+    monkeypatch.setattr(pipeline, "align", counting)
+    final, cfg, prepared = auto.prepare(pair, Config(), Stopwatch())
+    assert cfg.bootstrap.grow_from == auto.GROWN_FROM and cfg.anchors.enabled
+    rounds = prepared.report["bootstrap"]["rounds"]
+    assert known == [0] + [auto.GROWN_FROM << r for r in range(rounds - 1)]
+    last = prepared.first
+    margin = estimate.margins(last).numpy()
+    mutual = last.mutual.numpy()
+    assert np.array_equal(final.hints[0], last.rows.numpy()[mutual])
+    assert np.array_equal(final.hints[1], last.matched.numpy()[mutual])
+    assert final.hints[0].size > auto.GROWN_FROM << (rounds - 2)
+    monkeypatch.setattr(pipeline, "align", align)
+    grown = auto.align(pair, Config())
+    once = auto.align(pair, from_dict({"bootstrap": {"grow_from": 0}}))
+    assert grown.metrics["hits@1"] >= once.metrics["hits@1"] + 0.08
+    assert np.isfinite(margin[mutual]).all()
 
 
 @needs_yeast
