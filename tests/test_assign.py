@@ -289,6 +289,22 @@ def test_polish_recovers_a_permuted_graph_from_a_start_with_swaps_and_keeps_the_
     assert not np.isin(start[3], moved.numpy())
 
 
+def test_edges_kept_counts_the_source_edges_a_matching_maps_onto_target_edges():
+    import pyarrow as pa
+
+    from tfgm_dist.assign import edges_kept
+    from tfgm_dist.graph import Graph
+    # a path 0-1-2-3 (one edge given twice, both ways, and a self-loop: counted once, never)
+    source = Graph(ids=pa.array(np.arange(4)),
+                   edge_index=torch.tensor([[0, 1, 2, 2, 1, 3], [1, 2, 3, 1, 0, 3]]))
+    target = Graph(ids=pa.array(np.arange(5)), edge_index=torch.tensor([[4, 3, 2], [3, 2, 1]]))
+    rows = torch.arange(4)
+    assert edges_kept(torch.tensor([4, 3, 2, 1]), rows, source, target) == 3  # all of them
+    assert edges_kept(torch.tensor([4, 3, 1, 2]), rows, source, target) == 2  # 1-2 kept
+    assert edges_kept(torch.tensor([4, 3, -1, 1]), rows, source, target) == 1  # 2 unmatched
+    assert edges_kept(torch.tensor([4, 3]), torch.tensor([0, 1]), source, target) == 1
+
+
 def test_polish_beyond_faqs_size_swaps_pairs_alone_back_into_place():
     import pyarrow as pa
 

@@ -608,6 +608,19 @@ def two_opt(a: sp.csr_matrix, b: sp.csr_matrix, matching: np.ndarray, fixed: np.
     return m
 
 
+def edges_kept(matched: torch.Tensor, rows: torch.Tensor, source: Graph, target: Graph) -> int:
+    """How many of ``source``'s edges the matching (``matched`` targets of ``rows``, -1 for
+    none) maps onto ``target``'s: the objective :func:`polish` raises, here a measure."""
+    n = max(source.num_nodes, target.num_nodes)
+    a_s, a_t = (_adjacency(g.edge_index.numpy(), n) for g in (source, target))
+    full = np.full(n, -1)
+    full[rows.numpy()] = matched.numpy()
+    edge = sp.triu(a_s).tocoo()
+    u, v = full[edge.row], full[edge.col]
+    both = (u >= 0) & (v >= 0)
+    return int(a_t[u[both], v[both]].sum())
+
+
 def _adjacency(edge_index: np.ndarray, n: int) -> sp.csr_matrix:
     """The 0/1 symmetric adjacency of ``edge_index`` padded to ``n`` nodes, without
     self-loops (a node kept by the matching is not an edge kept)."""
