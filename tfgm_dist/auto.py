@@ -883,6 +883,8 @@ def _grown(pair: Pair, cfg: Config, first: Result
         hints = mutual[0][top], mutual[1][top]
         if final:
             break
+        log.info("auto: bootstrapping round %d of at most %d, %d hints", done + 1,
+                 cfg.bootstrap.rounds, take)
         last = pipeline.align(replace(pair, hints=hints), plain, Stopwatch())
         if done == 0:
             kept = [assign.edges_kept(r.matched, r.rows, pair.source, pair.target)
