@@ -892,7 +892,7 @@ def _grown(pair: Pair, cfg: Config, first: Result
             report["edges_kept"] = kept  # by the first pass, and by round 1's
             if kept[1] <= kept[0]:
                 return cfg, first, None, {**report, "grown": False}
-    return cfg, last, hints, {**report, "grown": True, "rounds": done + 1,
+    return cfg, last, hints, {**report, "grown": hints is not None, "rounds": done + 1,
                               "hints": 0 if hints is None else int(hints[0].size)}
 
 
