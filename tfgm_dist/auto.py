@@ -20,8 +20,8 @@ the job reads what it was given and chooses:
 
 3. :func:`prepare` — bootstrapping: mutual best matches become hints, anchors of the next
    pass that are still output (:attr:`Pair.hints`), with seeds for as many rounds as the
-   held-out estimate improves; without seeds one round, or where vectors look alike hints
-   grown from the surest few (:func:`_grown`).
+   held-out estimate improves; without seeds one round, or where a first pass is unsure
+   hints grown from its surest few (:func:`_grown`).
 4. :func:`align` — the whole automatic run: with seeds, a run per fold that knows only the kept
    seeds first estimates the accuracy on the held-out ones and fits the confidence
    (:mod:`tfgm_dist.estimate`); the output is then computed with every seed.
@@ -134,29 +134,32 @@ ANCHOR_LAYERS = (1, 2, 3, 4)
 # chose 2. The weight the hints choose holds up: 0.25 on DBP15k, where 0.5 and 1 gave zh
 # 94.23 / 92.96 and ja 97.27 / 96.35.
 HINTED_ANCHOR_LAYERS = 4
-# Without seeds, where many nodes' vectors look alike (the structure channel is on), a first
-# pass decodes few sources right and most of its mutual best matches are wrong: on attributed
-# copies of DBP15k zh / flickr / yeast with 2 of 64 words a node, 12 / 15 / 48 % right, its
-# 6,075 confident mutual matches on DBP15k 21 % right, the 195 of the largest margin 63 %.
-# So the hints grow from the GROWN_FROM of the largest margin, doubling each round,
-# GROWN_ROUNDS at most, and the held-out hints do not choose their weight: they reward
-# passes that repeat the first (DBP15k's 122 held out scored no anchors 0.84 and weight 1
-# 0.65, where weight 1 then matched 54 % and none 12 %). Hits@1 of one confident round ->
-# grown from 32 at weight 1: 19.4 / 19.9 / 58.4 -> 59.6 / 39.4 / 69.9; from a share of
-# 1/8 of the mutual matches (4 rounds) 39.5 / 27.4 / 67.6, from 1/32 54.4 / 33.7 / 72.7,
-# from 32 x 4 a round 51.3 / 38.4 / 70.8; weight 0.25 from 1/32 43.0 / 32.4 / 67.6. Not
-# where sources crowd the targets (one copy keeping 35 % of the nodes: flickr 20.0 -> 11.1,
-# yeast 24.5 -> 28.3; flickr 17.0 with the weight chosen), nor on names or distinct vectors,
-# whose first pass is mostly right (DBP15k zh-en, measured outside the product: one round
-# 94.9, grown from 1/8 at weight 0.25 95.1 for three passes more, at weight 1 92.3). Vectors
-# of counts look alike too, yet their first pass can be mostly right, and there 32 anchors at
-# weight 1 disturb more than they fix: copies with 17 / 100 counts a node, first pass 57-95 %
-# right, lost 3.0 / 6.0 points grown (DBP15k zh 17, flickr 100). So the hints grow only where
-# round 1's pass keeps more edges than the first (assign.edges_kept): there 2,514 -> 3,724,
-# 2,751 -> 5,422, 1,453 -> 1,966 on the three 2-of-64 copies; 9,694 -> 7,438, 7,244 -> 6,985,
-# 2,090 -> 2,044 on the counts copies that lost or gained least; else one round as before.
-# Distinct vectors (4 of 1,000 words) grown lost though round 1 kept more edges (DBP15k zh /
-# flickr copies 85.9 / 81.7 -> 80.7 / 81.0): hence only where vectors look alike.
+# Without seeds a first pass can be mostly wrong: on attributed copies of DBP15k zh / flickr /
+# yeast with 2 of 64 words a node it decodes 12 / 15 / 48 % right, DBP15k zh-en as shipped
+# (names from the URIs, transliterated) a third, a DBP15k structure copy keeping 80 % of the
+# nodes 7 %; and its confident mutual matches anchor its errors (on the DBP15k word copy
+# 6,075 of them, 21 % right, though the 195 of the largest margin are 63 %). Such a pass is
+# unsure: its median margin is 0.00-0.17 on those, 0.73-0.99 where it is mostly right
+# (distinct vectors, translated names, a structure copy keeping every node). So where it is
+# below GROWN_MARGIN the hints grow from the GROWN_FROM of the largest margin, doubling each
+# round, GROWN_ROUNDS at most, at GROWN_WEIGHT: the held-out hints do not choose the weight,
+# as they reward passes that repeat the first (DBP15k's word copy: no anchors 0.84, weight 1
+# 0.65, where weight 1 then matched 54 % and none 12 %). Hits@1 on the three word copies, one
+# confident round -> grown from 32 at weight 1: 19.4 / 19.9 / 58.4 -> 59.6 / 39.4 / 69.9;
+# from a share of 1/8 of the mutual matches (4 rounds) 39.5 / 27.4 / 67.6, from 1/32 54.4 /
+# 33.7 / 72.7, from 32 x 4 a round 51.3 / 38.4 / 70.8, weight 0.25 from 1/32 43.0 / 32.4 /
+# 67.6. Vectors of counts give unsure passes too that are mostly right (median margin
+# 0.02-0.29 at 45-95 % right), where 32 anchors disturb more than they fix (17 / 100 counts
+# a node lost 3.0 / 6.0 points grown), so growth goes on only where round 1's pass keeps
+# more edges than the first (assign.edges_kept): 2,514 -> 3,724, 2,751 -> 5,422, 1,453 ->
+# 1,966 on the word copies; 9,694 -> 7,438, 7,244 -> 6,985, 2,090 -> 2,044 on the counts
+# copies that lost. Distinct vectors grown lost though round 1 kept more edges (DBP15k zh /
+# flickr copies 85.9 / 81.7 -> 80.7 / 81.0): the margin keeps them out. Not where sources
+# crowd the targets (one copy keeping 35 % of the nodes: flickr 20.0 -> 11.1, yeast 24.5 ->
+# 28.3). Grown by this rule, one-to-one: DBP15k zh-en as shipped 32.0 -> 58.6 (ja-en's round
+# 1 kept fewer edges: 46.8 both), the DBP15k structure copy 15.9 -> 30.2 (17 -> 98 s), a
+# flickr structure copy keeping every node 15.9 -> 17.9 (37 -> 136 s).
+GROWN_MARGIN = 0.5
 GROWN_FROM = 32
 GROWN_ROUNDS = 10
 GROWN_WEIGHT = 1.0
@@ -288,16 +291,16 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     seeded = exact and pair.seeds is not None
     chosen["bootstrap.rounds"] = 1 if hinted else SEEDED_ROUNDS if seeded else 0
     grown = hinted and (cfg.bootstrap.grow_from > 0 if cfg.is_set("bootstrap.grow_from") else
-                        bool(chosen.get("structure.enabled")) and not crowded)
+                        not crowded)
     if grown:
-        chosen.update({"bootstrap.rounds": GROWN_ROUNDS, "bootstrap.grow_from": GROWN_FROM,
-                       "anchors.weight": GROWN_WEIGHT, "anchors.layers": HINTED_ANCHOR_LAYERS})
+        chosen.update({"bootstrap.rounds": GROWN_ROUNDS, "bootstrap.grow_from": GROWN_FROM})
     why["bootstrap"] = (
-        f"grown hints: vectors that many nodes share leave most of a first pass's mutual best "
-        f"matches wrong, so the {GROWN_FROM} of the largest margin become anchors of the next "
-        f"pass, twice as many of that pass's the next, up to {GROWN_ROUNDS} rounds, the last "
-        f"every mutual match; anchors {HINTED_ANCHOR_LAYERS} layers deep at weight "
-        f"{GROWN_WEIGHT:g}" if grown else
+        f"grown hints where a first pass is unsure (its median margin below {GROWN_MARGIN:g}): "
+        f"the {GROWN_FROM} mutual best matches of the largest margin anchor the next pass, "
+        f"twice as many of that pass's the next, up to {GROWN_ROUNDS} rounds, the last every "
+        f"mutual match, anchors {HINTED_ANCHOR_LAYERS} layers deep at weight {GROWN_WEIGHT:g}; "
+        "if the first round's pass keeps no more edges than the first, or the first pass is "
+        "sure, one round of its confident matches as below" if grown else
         "one round: the mutual best matches of a first pass with confidence >= "
         f"{HINT_CONFIDENCE:g} become anchors of the output pass, {HINTED_ANCHOR_LAYERS} layers "
         "deep, their weight chosen on a held-out share of them (DBP15k one-to-one 94.9 / 98.3 / "
@@ -621,8 +624,8 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     the held-out Hits@1 (then MRR) stops improving (:func:`_rounds`); the final pass takes
     the first fold's hints of the last improving round. Without seeds, nothing can tell a
     second round from the first, so one round runs: a first pass gives the hints, which are
-    then split like seeds to choose the anchors' weight; or, where the vectors look alike
-    (``bootstrap.grow_from``), the hints grow round by round from the surest few
+    then split like seeds to choose the anchors' weight; or, where the first pass is unsure
+    (``bootstrap.grow_from``), the hints grow round by round from its surest few
     (:func:`_grown`). The passes read the names and vectors left in the input
     (:attr:`Graph.content`); on the Ray path they run in one task, not in the driver
     (:func:`tfgm_dist.distributed.prepare`). The returned pair carries the hints."""
@@ -867,12 +870,19 @@ def _grown(pair: Pair, cfg: Config, first: Result
     of the pass before's, and the last round's (``bootstrap.rounds``, or the first that would
     take them all) every mutual match. Returns ``cfg`` with the anchors on, the pass whose
     mutual matches are the final hints, those hints, and the report; the hints are ``None``
-    where round 1's pass keeps no more edges than ``first`` (:func:`assign.edges_kept`):
-    its content matched most nodes, and a few anchors disturbed it more than they fixed."""
-    if not cfg.is_set("anchors.enabled"):
-        cfg = _apply(cfg, {"anchors.enabled": True})
+    (one round instead) where ``first`` is sure of its matches (its median margin at least
+    :data:`GROWN_MARGIN`), or round 1's pass keeps no more edges than ``first``
+    (:func:`assign.edges_kept`): then content matched most nodes, and a few anchors
+    disturbed it more than they fixed."""
+    median = float(np.nanmedian(estimate.margins(first).numpy()))
+    report: dict[str, Any] = {"grown_from": cfg.bootstrap.grow_from,
+                              "median_margin": round(median, 4)}
+    if not median < GROWN_MARGIN:
+        return cfg, first, None, {**report, "grown": False}
+    anchors = {"anchors.enabled": True, "anchors.weight": GROWN_WEIGHT,
+               "anchors.layers": HINTED_ANCHOR_LAYERS}
+    cfg = _apply(cfg, {k: v for k, v in anchors.items() if not cfg.is_set(k)})
     plain, last, hints = _apply(cfg, {"assign.polish": False}), first, None
-    report: dict[str, Any] = {"grown_from": cfg.bootstrap.grow_from}
     for done in range(cfg.bootstrap.rounds):
         mutual = mutual_matches(last)
         if mutual is None or mutual[0].size == 0:

@@ -160,9 +160,9 @@ class BootstrapConfig:
     """Confident matches made extra anchors for a few rounds (:func:`tfgm_dist.auto.prepare`)."""
 
     rounds: Count = 0  # at most; 0: off
-    # without seeds: 0, a round's hints are every confident mutual match; N, the first
-    # round's are the N mutual matches of the largest margin, doubled each round until they
-    # are every mutual match (grown hints)
+    # without seeds: 0, a round's hints are every confident mutual match; N, where the first
+    # pass is unsure, the first round's are the N mutual matches of the largest margin,
+    # doubled each round until they are every mutual match (grown hints)
     grow_from: Count = 0
 
 
