@@ -34,14 +34,16 @@ def seeds(k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(k), np.arange(k)
 
 
-def look_alike_yeast(tmp_path: Path) -> dict[str, Path]:
-    """Noisy copies of yeast (80 % of the nodes, 75 % of the edges) whose nodes carry 2 of
-    64 words: vectors that tell few nodes apart."""
+def attributed_yeast(tmp_path: Path, **attributes) -> dict[str, Path]:
+    """Noisy copies of yeast (80 % of the nodes, 75 % of the edges) whose nodes carry
+    ``attributes`` (``bench_social.noisy_copies``' words or counts), by default 2 of 64
+    words: vectors that tell few nodes apart."""
     from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
     from tfgm_dist.load import load_graph
     g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
     dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
-                       keep=0.8, edge_drop=0.25, attributed=True, vocabulary=64, words=2)
+                       keep=0.8, edge_drop=0.25, attributed=True,
+                       **(attributes or {"vocabulary": 64, "words": 2}))
     return write_dev_pair(dev, tmp_path)
 
 
@@ -467,7 +469,7 @@ def test_the_structure_channel_lifts_vectors_that_tell_few_nodes_apart(tmp_path)
     """Two noisy copies of yeast whose nodes carry 2 of 64 words: the given vectors alone
     match a third of the nodes, with their deep structure channel over half (measured 36.0
     and 57.4 Hits@1)."""
-    paths = look_alike_yeast(tmp_path)
+    paths = attributed_yeast(tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
     once = {"bootstrap": {"grow_from": 0}}  # one round of hints, as measured
     with_it = auto.align(pair, from_dict(once))
@@ -564,7 +566,7 @@ def test_without_seeds_the_hints_are_the_mutual_matches_the_first_pass_is_sure_o
     matches of confidence >= 0.8 (fitted on its own mutual matches) anchor the output pass,
     not all of them, :data:`auto.HINTED_ANCHOR_LAYERS` deep (the held-out hints choose only
     their weight)."""
-    paths = look_alike_yeast(tmp_path)
+    paths = attributed_yeast(tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config())
     final, cfg, prepared = auto.prepare(pair, from_dict({"bootstrap": {"grow_from": 0}}),
                                         Stopwatch())
@@ -588,7 +590,7 @@ def test_grown_hints_double_from_the_surest_to_every_mutual_match(tmp_path, monk
     best matches of the largest margin of the pass before, and the output pass every mutual
     match of the last of them; Hits@1 well above one round of the confident ones (measured
     on this pair 69.9 against 58.4)."""
-    paths = look_alike_yeast(tmp_path)
+    paths = attributed_yeast(tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
     known, align = [], pipeline.align
 
@@ -628,12 +630,7 @@ def test_hints_do_not_grow_where_the_first_pass_is_sure_or_round_1_keeps_fewer_e
         tmp_path, extra, why):
     """Yeast copies whose nodes carry 17 expected counts or 4 of 1,000 words: one round of
     the first pass's confident matches, as without growth."""
-    from jobs.bench_social import noisy_copies, write_pair as write_dev_pair
-    from tfgm_dist.load import load_graph
-    g = load_graph(DATA / "yeast_ppi" / "yeast0_Y2H1.txt")
-    dev = noisy_copies(g.edge_index.numpy().T, g.num_nodes, np.random.default_rng(0),
-                       keep=0.8, edge_drop=0.25, attributed=True, **extra)
-    paths = write_dev_pair(dev, tmp_path)
+    paths = attributed_yeast(tmp_path, **extra)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config())
     final, cfg, prepared = auto.prepare(pair, Config(), Stopwatch())
     report = prepared.report["bootstrap"]
