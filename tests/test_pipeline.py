@@ -117,9 +117,10 @@ def test_the_order_of_the_rows_in_the_input_files_does_not_change_the_matches(tm
             inputs[side] = folder / side
         pq.write_table(seeds.take(rng.permutation(seeds.num_rows)) if shuffled else seeds,
                        folder / "seeds.parquet")
-        # one round of hints (the default's first), not two: each is a pass per fold
+        # one round of hints (the default's first), not two: each is a pass per fold; and
+        # 20 refinement steps, not the 60 of small featureless pairs: ties stay, 3x faster
         found = align(inputs["source"], inputs["target"], seeds=folder / "seeds.parquet",
-                      bootstrap={"rounds": 1})
+                      bootstrap={"rounds": 1}, refine={"steps": 20})
         runs.append(found.matches.sort_by([("source_id", "ascending"), ("rank", "ascending")]))
     assert runs[0].num_rows > 300
     assert runs[0].equals(runs[1])
