@@ -883,6 +883,12 @@ def _hinted(pair: Pair, cfg: Config, hints: tuple[np.ndarray, np.ndarray] | None
     return cfg, report
 
 
+def _edges_kept(pair: Pair, result: Result) -> int:
+    """The edges ``result``'s matching keeps (:func:`assign.edges_kept`): how bootstrapping
+    without seeds tells a round that helped, with no gold and no held-out pairs."""
+    return assign.edges_kept(result.matched, result.rows, pair.source, pair.target)
+
+
 def _confident_rounds(pair: Pair, cfg: Config, first: Result
                       ) -> tuple[Config, Result, tuple[np.ndarray, np.ndarray] | None,
                                  dict[str, Any]]:
@@ -894,7 +900,7 @@ def _confident_rounds(pair: Pair, cfg: Config, first: Result
     the next round is the last; ``bootstrap.rounds`` at most. Returns the final pass's
     ``cfg``, the pass whose matches are its hints, the hints and the report."""
     base, last = cfg, first
-    kept = [assign.edges_kept(first.matched, first.rows, pair.source, pair.target)]
+    kept = [_edges_kept(pair, first)]
     for done in range(1, base.bootstrap.rounds + 1):
         hints = confident_matches(last)
         cfg, report = _hinted(pair, base, hints)
@@ -905,7 +911,7 @@ def _confident_rounds(pair: Pair, cfg: Config, first: Result
                  base.bootstrap.rounds, report["hints"])
         passed = pipeline.align(replace(pair, hints=hints), _apply(cfg, {"assign.polish": False}),
                                 Stopwatch())
-        kept.append(assign.edges_kept(passed.matched, passed.rows, pair.source, pair.target))
+        kept.append(_edges_kept(pair, passed))
         if kept[-1] <= kept[-2]:
             break
         last = passed
@@ -949,8 +955,7 @@ def _grown(pair: Pair, cfg: Config, first: Result
                  cfg.bootstrap.rounds, take)
         last = pipeline.align(replace(pair, hints=hints), plain, Stopwatch())
         if done == 0:
-            kept = [assign.edges_kept(r.matched, r.rows, pair.source, pair.target)
-                    for r in (first, last)]
+            kept = [_edges_kept(pair, r) for r in (first, last)]
             report["grown_edges_kept"] = kept  # by the first pass, and by round 1's
             if kept[1] <= kept[0]:
                 return cfg, first, None, {**report, "grown": False}
