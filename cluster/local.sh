@@ -87,11 +87,27 @@ ray_python() {
   fi
 }
 
-# A TCP port free on loopback now. Each node's dashboard agent and the head's Ray client
-# server get one: their fixed defaults (52365, 10001) collide with any other Ray on the
-# machine, and an agent without its HTTP port cannot run jobs.
-free_port() {
-  "$(ray_python)" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# N TCP ports free on loopback now, distinct from each other and from $RAY_PORT and
+# $RAY_DASHBOARD_PORT. Each node's dashboard agent and the head's Ray client server get one:
+# their fixed defaults (52365, 10001) collide with any other Ray on the machine, and an agent
+# without its HTTP port cannot run jobs. The sockets stay bound until all are picked, and the
+# head's own ports are skipped: a port just released is handed out again (a caller that
+# chose RAY_PORT the same way got it back as the client server's, and `ray start` refused).
+free_ports() {
+  "$(ray_python)" - "$1" "$RAY_PORT" "$RAY_DASHBOARD_PORT" <<'PY'
+import socket
+import sys
+
+wanted, taken = int(sys.argv[1]), {int(p) for p in sys.argv[2:]}
+held, ports = [], []
+while len(ports) < wanted:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    held.append(s)
+    if s.getsockname()[1] not in taken:
+        ports.append(s.getsockname()[1])
+print(*ports)
+PY
 }
 
 resource_args() {
@@ -106,13 +122,15 @@ cmd_start() {
   if [[ "$RAY_AUTH_MODE" == token && -z "${RAY_AUTH_TOKEN:-}" && -z "${RAY_AUTH_TOKEN_PATH:-}" ]]; then
     ray get-auth-token --generate >/dev/null  # no-op when ~/.ray/auth_token exists
   fi
+  local agent_port client_port
+  read -r agent_port client_port < <(free_ports 2)
   local args=(start --head
     --node-ip-address=127.0.0.1
     --port="$RAY_PORT"
     --dashboard-host=127.0.0.1
     --dashboard-port="$RAY_DASHBOARD_PORT"
-    --dashboard-agent-listen-port="$(free_port)"
-    --ray-client-server-port="$(free_port)"
+    --dashboard-agent-listen-port="$agent_port"
+    --ray-client-server-port="$client_port"
     --temp-dir="$RAY_TEMP_DIR"
     --disable-usage-stats)
   resource_args args
@@ -144,7 +162,7 @@ cmd_join() {
   local args=(start
     --address="$GCS_ADDRESS"
     --node-ip-address=127.0.0.1
-    --dashboard-agent-listen-port="$(free_port)"
+    --dashboard-agent-listen-port="$(free_ports 1)"
     --temp-dir="$RAY_TEMP_DIR"
     --disable-usage-stats)
   resource_args args
