@@ -20,10 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCAL = ROOT / "cluster" / "local.sh"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on loopback: bound together, since a port just released can
+    be handed out again at once."""
+    held = [socket.socket() for _ in range(n)]
+    for s in held:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    ports = [s.getsockname()[1] for s in held]
+    for s in held:
+        s.close()
+    return ports
 
 
 @pytest.mark.slow
@@ -46,8 +52,8 @@ def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
         [ray]
         partitions = 2
     """.replace("\n        ", "\n"))
-    port = free_port()
-    env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(free_port()),
+    port, dash = free_ports(2)
+    env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dash),
            "RAY_NUM_CPUS": "2", "RAY_TEMP_DIR": f"/tmp/ray-tfgm-test-{port}",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
@@ -102,7 +108,7 @@ def test_a_worker_node_lost_mid_job_leaves_the_output_identical(tmp_path):
     """.replace("\n        ", "\n"))
     reference = run_job(with_overrides(load_config(config), **{"ray.partitions": 0,
                                                                "job.out": str(tmp_path / "ref")}))
-    port, dash = free_port(), free_port()
+    port, dash = free_ports(2)
     env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dash),
            "RAY_NUM_CPUS": "2", "RAY_TEMP_DIR": f"/tmp/ray-tfgm-test-{port}",
            "RAY_AUTH_MODE": "token",  # as cluster/local.sh runs every ray command
