@@ -927,10 +927,10 @@ def _grown(pair: Pair, cfg: Config, first: Result
     of the pass before's, and the last round's (``bootstrap.rounds``, or the first that would
     take them all) every mutual match. Returns ``cfg`` with the anchors on, the pass whose
     mutual matches are the final hints, those hints, and the report; the hints are ``None``
-    (one round instead) where ``first`` is sure of its matches (its median margin at least
-    :data:`GROWN_MARGIN`), or round 1's pass keeps no more edges than ``first``
-    (:func:`assign.edges_kept`): then content matched most nodes, and a few anchors
-    disturbed it more than they fixed."""
+    (rounds of confident hints instead, :func:`_confident_rounds`) where ``first`` is sure of
+    its matches (its median margin at least :data:`GROWN_MARGIN`), or round 1's pass keeps
+    no more edges than ``first`` (:func:`assign.edges_kept`): then content matched most
+    nodes, and a few anchors disturbed it more than they fixed."""
     median = float(np.nanmedian(estimate.margins(first).numpy()))
     report: dict[str, Any] = {"grown_from": cfg.bootstrap.grow_from,
                               "median_margin": round(median, 4)}
