@@ -1,13 +1,16 @@
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from jobs.bench_ray import lists
-from tfgm_dist.assign import (AUCTION_EPS, Bidders, Sellers, argmax, auction, best_of, hungarian,
-                              listing_best, mutual, one_to_one, score_span, sinkhorn_dense,
-                              sinkhorn_sparse, sparse_one_to_one, spanning)
+from tfgm_dist.assign import (AUCTION_EPS, Bidders, Sellers, argmax, auction, best_of, decode,
+                              hungarian, listing_best, mutual, one_to_one, score_span,
+                              sinkhorn_dense, sinkhorn_sparse, sparse_one_to_one, spanning)
+from tfgm_dist.config import AssignConfig
+from tfgm_dist.pipeline import Scored
 from tfgm_dist.search import Candidates
 
 INF = float("inf")
@@ -160,6 +163,21 @@ def test_sparse_one_to_one_rejects_bad_candidates():
         sparse_one_to_one(cands([[0.5, 0.4]], [[1, 1]]), 2)
     with pytest.raises(ValueError, match=r"lie in \[0, 2\)"):
         sparse_one_to_one(cands([[0.5]], [[2]]), 2)
+
+
+@pytest.mark.parametrize("solver", ["sparse", "hungarian"])
+def test_a_refined_pair_is_matched_on_its_decoding_scores_and_scored_by_probability(solver):
+    """On the probabilities alone the matching is (t0, t1): 0.6 + 0.5 against 0.4 + 0.5;
+    with the scores u = o_s . o_t weighing 1 it is (t1, t0): 1.4 + 1.5 against 0.6 + 0.5;
+    the matches keep their probabilities as scores."""
+    probs = Candidates(torch.tensor([[0.6, 0.4], [0.5, 0.5]]), torch.tensor([[0, 1], [0, 1]]))
+    o_s, o_t = torch.tensor([[0.0, 1.0], [1.0, 0.0]]), torch.eye(2)
+    scored = Scored(probs, None, torch.arange(2), np.arange(2), 2, o_s, o_t, refined=True)
+    off = AssignConfig(method="one-to-one", one_to_one=solver, score_weight=0.0)
+    assert decode(scored, off)[0].tolist() == [0, 1]
+    matched, score = decode(scored, replace(off, score_weight=1.0))
+    assert matched.tolist() == [1, 0]
+    torch.testing.assert_close(score, torch.tensor([0.4, 0.5]))
 
 
 @pytest.mark.parametrize("shape", [(6, 6), (4, 7), (7, 4)])

@@ -5,13 +5,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tfgm_dist.config import EmbedConfig
 from tfgm_dist.distributed.consensus import Consensus, merged, transposed_entries
 from tfgm_dist.embed import RowBlock, embed, graph_operator, whole
 from tfgm_dist.features import degree_sinusoidal, degrees
 from tfgm_dist.graph import Graph
-from tfgm_dist.refine import indicator_rows, list_width, merge, refine
+from tfgm_dist.refine import decoding, indicator_rows, list_width, merge, refine
 from tfgm_dist.search import Candidates, top_k
 
 INF = float("inf")
@@ -164,6 +165,29 @@ def test_merge_sums_both_directions_on_hand_example():
     # source 1: t1 = 1.0 + 1.0, t0 = .5 (backward only)
     assert m.index.tolist() == [[0, 2, 1], [1, 0, -1]]
     torch.testing.assert_close(m.scores, torch.tensor([[1.1, 1.0, 0.4], [2.0, 0.5, -INF]]))
+
+
+def test_decoding_adds_the_weighted_score_on_hand_example():
+    """Each listed entry gets ``p + w * o_s[i] . o_t[j]``, rows re-sorted, padding kept; with
+    ``rows_t`` the same from an ``o_t`` of the listed targets alone."""
+    probs = Candidates(torch.tensor([[0.5, 0.5], [0.7, -INF]]), torch.tensor([[1, 0], [2, -1]]))
+    o_s = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    o_t = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    d = decoding(probs, o_s, o_t, 0.5)
+    # source 0: t0 = .5 + .5 * 1, t1 = .5 + .5 * .6; source 1: t2 = .7 + .5 * 1
+    assert d.index.tolist() == [[0, 1], [2, -1]]
+    torch.testing.assert_close(d.scores, torch.tensor([[1.0, 0.8], [1.2, -INF]]))
+    served = o_t[[2, 0, 1]]  # the listed targets' rows, in another order
+    local = Candidates(probs.scores, probs.index)
+    d2 = decoding(local, o_s, served, 0.5, rows_t=torch.tensor([[2, 1], [0, -1]]))
+    assert d2.index.tolist() == d.index.tolist()
+    torch.testing.assert_close(d2.scores, d.scores)
+    assert decoding(probs, o_s, o_t, 0.0).index.tolist() == [[0, 1], [2, -1]]  # ties: by target
+    # lists padded wider than the target graph: the padding is not scored
+    wide = Candidates(F.pad(probs.scores, (0, 3), value=-INF), F.pad(probs.index, (0, 3), value=-1))
+    d3 = decoding(wide, o_s, o_t, 0.5)
+    assert d3.index.tolist() == [[0, 1, -1, -1, -1], [2, -1, -1, -1, -1]]
+    torch.testing.assert_close(d3.scores[:, :2], d.scores)
 
 
 def test_merge_of_refined_directions_holds_entries_of_both(pair):

@@ -22,6 +22,7 @@ from scipy.optimize import linear_sum_assignment
 
 from .config import AssignConfig
 from .errors import InputError
+from .refine import decoding
 from .search import Candidates
 
 if TYPE_CHECKING:
@@ -465,6 +466,9 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
     if ac.method == "mutual":
         best = mutual(forward, scored.backward)
         return best[rows], c.scores[:, 0]
+    # a refined pair is decoded on its decoding scores, its matches scored by probability
+    d = (decoding(c, scored.o_s[rows], scored.o_t, ac.score_weight / scored.scale)
+         if scored.refined and ac.score_weight else c)
     if dense_assignment(ac, rows.numel(), scored.targets.size):
         cols = torch.from_numpy(scored.targets)
         need = rows.numel() * scored.num_targets * 12  # float32 scores + float64 costs
@@ -476,16 +480,19 @@ def decode(scored: Scored, ac: AssignConfig) -> tuple[torch.Tensor, torch.Tensor
                 "use assign.one_to_one = 'sparse', which assigns over the top-k candidates")
         if scored.refined:  # refined scores exist on the candidates only; elsewhere they are 0
             dense = torch.zeros(rows.numel(), scored.num_targets)
-            valid = c.index >= 0
-            r = torch.arange(rows.numel())[:, None].expand_as(c.index)
-            dense[r[valid], c.index[valid]] = c.scores[valid]
+            valid = d.index >= 0
+            r = torch.arange(rows.numel())[:, None].expand_as(d.index)
+            dense[r[valid], d.index[valid]] = d.scores[valid]
             dense = dense[:, cols]
         else:
             dense = scored.o_s[rows] @ scored.o_t[cols].T
         picked = hungarian(dense, max_bytes=DENSE_MAX_BYTES)  # checked above
-        match_score = dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
-        return torch.where(picked >= 0, cols[picked.clamp(min=0)], -1), match_score
-    matched = one_to_one(c, scored.num_targets,
+        matched = torch.where(picked >= 0, cols[picked.clamp(min=0)], -1)
+        if not scored.refined:
+            return matched, dense.gather(1, picked.clamp(min=0)[:, None]).squeeze(1)
+        listed = listed_score(c, matched)  # off its list a match's probability is 0
+        return matched, torch.where((matched >= 0) & (listed == -torch.inf), 0.0, listed)
+    matched = one_to_one(d, scored.num_targets,
                          method="sinkhorn" if ac.one_to_one == "sinkhorn" else "sparse")
     return matched, listed_score(c, matched)
 

@@ -54,9 +54,15 @@ def _transpose_csr(index: torch.Tensor, num_targets: int) -> tuple[torch.Tensor,
 def candidate_cosine(o_s: torch.Tensor, o_t: torch.Tensor, pattern: torch.Tensor
                      ) -> torch.Tensor:
     """``cos(o_s[i], o_t[j])`` at every candidate ``(i, j)`` of ``pattern`` (sparse CSR,
-    ``k`` entries per row), as ``[n_s, k]``: torch's sampled dense-dense product (SDDMM), which
-    never forms the ``|V_s| x |V_t|`` product."""
-    o_s, o_t = F.normalize(o_s, dim=-1), F.normalize(o_t, dim=-1)
+    ``k`` entries per row), as ``[n_s, k]``."""
+    return candidate_products(F.normalize(o_s, dim=-1), F.normalize(o_t, dim=-1), pattern)
+
+
+def candidate_products(o_s: torch.Tensor, o_t: torch.Tensor, pattern: torch.Tensor
+                       ) -> torch.Tensor:
+    """``o_s[i] . o_t[j]`` at every candidate ``(i, j)`` of ``pattern``, as ``[n_s, k]``:
+    torch's sampled dense-dense product (SDDMM), which never forms the ``|V_s| x |V_t|``
+    product."""
     sims = torch.sparse.sampled_addmm(pattern, o_s, o_t.T, beta=0.0)
     return sims.values().view(pattern.size(0), -1)
 
@@ -97,10 +103,14 @@ def initial(c: Candidates, width: int, steps: int, scale: float,
 def settled(logits: torch.Tensor, index: torch.Tensor, k: int) -> Candidates:
     """:math:`\\mathrm{softmax}(\\hat{S})` on the pattern, rows re-sorted and padded back to
     ``k`` columns."""
-    out = Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index)
-    width = index.size(1)
-    return Candidates(F.pad(out.scores, (0, k - width), value=-torch.inf),
-                      F.pad(out.index, (0, k - width), value=-1))
+    return padded(Candidates.sorted(torch.softmax(logits, dim=1).nan_to_num(0.0), index), k)
+
+
+def padded(c: Candidates, k: int) -> Candidates:
+    """``c`` padded with ``-1`` / ``-inf`` columns to ``k``."""
+    width = c.index.size(1)
+    return Candidates(F.pad(c.scores, (0, k - width), value=-torch.inf),
+                      F.pad(c.index, (0, k - width), value=-1))
 
 
 def indicator_rows(gen: torch.Generator, num_nodes: int, dim: int, nodes: np.ndarray
@@ -156,6 +166,28 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         logits = logits + candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
         meter.advance()
     return settled(logits, index, c.k)
+
+
+def decoding(probabilities: Candidates, o_s: torch.Tensor, o_t: torch.Tensor, weight: float,
+             rows_t: torch.Tensor | None = None) -> Candidates:
+    """What a one-to-one decoding of refined lists maximises: the ``probabilities`` (rows of
+    ``o_s``) plus ``weight`` times the TFGM score :math:`u_{ij} = o_{s,i} \\cdot o_{t,j}`
+    (``weight`` over :math:`B` makes it relative to the largest score). ``rows_t``: the row of
+    ``o_t`` of each listed target (``[n, k]``), where ``o_t`` holds only those; else the
+    targets are its rows.
+
+    The probabilities alone are flat below a row's best: a source the matching displaces
+    loses as little by its 50th candidate as by its second, and the matching then chains
+    such swaps. The score tells them apart (DBP15k with seeds, one-to-one: 96.5 / 98.9 / 99.4
+    on the probabilities, 95.3 / 98.5 / 99.4 on the scores, 96.8 / 99.1 / 99.5 on both)."""
+    width = list_width(probabilities)  # past it only padding, which SDDMM must not see
+    index = probabilities.index[:, :width]
+    rows_t = index if rows_t is None else rows_t[:, :width]
+    if not o_t.size(0):  # no targets: the pattern's padding column must exist
+        o_t = o_t.new_zeros((1, o_s.size(1)))
+    u = candidate_products(o_s, o_t, candidate_pattern(rows_t, o_t.size(0)))
+    return padded(Candidates.sorted(probabilities.scores[:, :width] + weight * u, index),
+                  probabilities.k)
 
 
 def merge(forward: Candidates, backward: Candidates, k: int) -> Candidates:

@@ -70,8 +70,8 @@ from ..features import Channel
 from ..graph import Graph
 from ..partition import Partition, partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
-                        content_kind, counted, has_structure, operators, plan, scale,
-                        search_options)
+                        content_kind, counted, has_structure, operators, plan,
+                        refined_one_to_one, scale, search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
@@ -415,7 +415,7 @@ class Run:
                 best: list[ray.ObjectRef] = []
                 if cfg.refine.enabled:
                     with self.watch.stage("refine"):
-                        forward, best = self._refine([forward, backward])
+                        forward, best = self._refine([forward, backward], emb)
                 with self.watch.stage("assign"):
                     metrics, pieces = self._assign(forward, best, resume)
             usage = [usage_of(w, f"part {p}") for p, w in enumerate(self.workers)]
@@ -425,8 +425,9 @@ class Run:
         self.usage += usage
         if self.on_parts:
             return metrics, pieces
+        # a dense Hungarian, or a refined one-to-one decoding, reads the embeddings
         embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
-                      if self.dense and not cfg.refine.enabled else None)
+                      if self.dense or refined_one_to_one(cfg) else None)
         with self.watch.stage("refine+assign"):
             finish_cpus = _largest_node_cpus()
             out = finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
@@ -448,10 +449,13 @@ class Run:
                   and not self.dense and not ac.polish and self.prepared.first is None)
         return sparse and (self.cfg.refine.enabled or pl.sources is None)
 
-    def _refine(self, searched: list) -> tuple[tuple[list, list], list[ray.ObjectRef]]:
+    def _refine(self, searched: list, emb: list[list[ray.ObjectRef]]
+                ) -> tuple[tuple[list, list], list[ray.ObjectRef]]:
         """Both directions of the refinement on the part actors, each part refining its rows
-        (:mod:`.consensus`), then merged: per part the merged lists of its output rows (as
-        :meth:`_assign` takes them), and the refs of each part's targets' best sources."""
+        (:mod:`.consensus`), then merged, and the source lists' decoding scores made from
+        the embeddings ``emb`` (:func:`~tfgm_dist.refine.decoding`): per part the decoding
+        lists of its output rows (as :meth:`_assign` takes them), and the refs of each
+        part's targets' best sources."""
         w, P, cfg, pair = self.workers, self.P, self.cfg, self.pair
         rc, spec = cfg.refine, consensus_psi(cfg)
         channel = len(self.chans)  # the actors' channel of psi_2 (align_and_write adds it)
@@ -489,6 +493,13 @@ class Run:
                 [w[p].refined.options(num_returns=P).remote(d) for p in range(P)]))
         ray.get([w[p].merged.remote(d, *[entries[1 - d][q][p] for q in range(P)])
                  for d in (0, 1) for p in range(P)])
+        # the decoding scores of the source lists, from the rows of the targets they list
+        wanted = self._per_part([w[p].wanted.options(num_returns=P).remote(partings[1])
+                                 for p in range(P)])
+        weight = cfg.assign.score_weight / scale(self.chans)
+        ray.get([w[p].decode_on.remote(weight, emb[0][p], partings[1],
+                                       *[w[q].rows_of.remote(emb[1][q], wanted[p][q])
+                                         for q in range(P)]) for p in range(P)])
         source_part = self.parting[0].part
         rows = [self.plan.rows[source_part[self.plan.rows] == q] for q in range(P)]
         lists = [[w[q].lists_of.remote(rows[q])] for q in range(P)]

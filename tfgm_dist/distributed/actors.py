@@ -31,7 +31,7 @@ from ..graph import Graph
 from ..pipeline import (Content, Pair, Plan, Result, Scored, channels, conclude,
                         content_channels, content_counts, content_rows, evaluate, node_inputs,
                         refined)
-from ..refine import list_width
+from ..refine import decoding, list_width
 from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
                       probe, search, set_nprobe, taken, trained_index, trained_on)
 from ..stopwatch import Stopwatch, peak_rss_bytes, private_rss_bytes
@@ -215,6 +215,7 @@ class PartWorker(AuctionSide):
         self.P = 1  # parts of the run, told by :meth:`consensus`
         self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
         self.refined_lists: list[Candidates | None] = [None, None]  # per direction, refined
+        self.decoding_lists: Candidates | None = None  # what the auction maximises, refined
         super().__init__(f"part {p}")
 
     def ready(self) -> None:
@@ -255,8 +256,9 @@ class PartWorker(AuctionSide):
                                                    axis=1), dtype=np.float32)
 
     def rows_of(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """``x[rows]`` of this part's embedding ``x``: its share of a training sample, or a
-        chunk of its queries for the shards to search."""
+        """``x[rows]`` of this part's embedding ``x``: its share of a training sample, a
+        chunk of its queries for the shards to search, or the targets another part's
+        decoding scores need (:meth:`decode_on`)."""
         return x[rows]
 
     def index_kind(self, kind: str) -> str:
@@ -390,11 +392,43 @@ class PartWorker(AuctionSide):
                                        self.blocks[d].nodes.numpy(), *received)
         self.usage.add("refine", start)
 
+    def wanted(self, target_parting: tuple[np.ndarray, np.ndarray]) -> Any:
+        """Per target part, the rows there of the targets on this part's merged refined
+        source lists (increasing target numbers): the embedding rows :meth:`decode_on`
+        needs."""
+        part, position = target_parting
+        targets = self._listed_targets(part)
+        out = tuple(position[t] for t in targets)
+        return out[0] if len(out) == 1 else out
+
+    def _listed_targets(self, part: np.ndarray) -> list[np.ndarray]:
+        index = _held(self.refined_lists[0]).index
+        targets = np.unique(index[index >= 0].numpy())
+        return [targets[part[targets] == q] for q in range(self.P)]
+
+    def decode_on(self, weight: float, o_s: np.ndarray,
+                  target_parting: tuple[np.ndarray, np.ndarray], *served: np.ndarray) -> None:
+        """:func:`~tfgm_dist.refine.decoding` of this part's merged refined source lists:
+        ``o_s`` this part's source embedding rows, ``served`` each target part's rows of
+        the listed targets (:meth:`wanted`)."""
+        start = time.perf_counter()
+        lists = _held(self.refined_lists[0])
+        order = np.concatenate(self._listed_targets(target_parting[0]))
+        sorter, index = np.argsort(order), lists.index.numpy()
+        at = np.searchsorted(order, index, sorter=sorter).clip(max=max(order.size - 1, 0))
+        rows_t = torch.from_numpy(np.where(index >= 0, sorter[at] if order.size else at, -1))
+        o_t = torch.from_numpy(np.concatenate(served)) if served else torch.zeros(0, o_s.shape[1])
+        self.decoding_lists = decoding(lists, torch.from_numpy(o_s), o_t, weight, rows_t)
+        self.usage.add("refine", start)
+
     def lists_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The merged refined lists of the source nodes ``rows`` (this part's)."""
-        c = _held(self.refined_lists[0]).take_rows(
-            torch.from_numpy(np.searchsorted(self.blocks[0].nodes.numpy(), rows)))
+        """The decoding lists of the source nodes ``rows`` (this part's): what the auction
+        maximises."""
+        c = _held(self.decoding_lists).take_rows(self._own_rows(rows))
         return c.scores.numpy(), c.index.numpy()
+
+    def _own_rows(self, rows: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.searchsorted(self.blocks[0].nodes.numpy(), rows))
 
     def best_sources(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This part's targets that have a best source after refinement, that source and
@@ -428,7 +462,10 @@ class PartWorker(AuctionSide):
         returns the margins and that, for a confidence fitted on every part's rows
         (:func:`~tfgm_dist.estimate.on_mutual`)."""
         start = time.perf_counter()
-        listed, rows = _held(self.listed), _held(self.rows)
+        rows = _held(self.rows)
+        # refined: the auction bid on the decoding scores, the rows are ranked by probability
+        listed = (_held(self.listed) if self.decoding_lists is None
+                  else _held(self.refined_lists[0]).take_rows(self._own_rows(rows.numpy())))
         matched = torch.from_numpy(self.matched())
         targets, sources, _ = best_of(*(torch.from_numpy(np.concatenate(a)) for a in zip(*best)))
         mutual = is_best_source(matched, rows, targets, sources, num_targets)
