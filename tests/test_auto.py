@@ -589,7 +589,8 @@ def test_grown_hints_double_from_the_surest_to_every_mutual_match(tmp_path, monk
     """Where the first pass is unsure the hints grow: the passes know 32, 64, ... of the mutual
     best matches of the largest margin of the pass before, and the output pass every mutual
     match of the last of them; Hits@1 well above rounds of the confident ones (measured on
-    this pair 69.9 against 60.6 in four rounds, 58.4 in one)."""
+    this pair 68.0 against 62.9 in rounds; 69.9 against 60.6 before a one-to-one decoding
+    weighed the TFGM score, 58.4 in one round)."""
     paths = attributed_yeast(tmp_path)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
     known, align = [], pipeline.align
@@ -617,7 +618,7 @@ def test_grown_hints_double_from_the_surest_to_every_mutual_match(tmp_path, monk
     monkeypatch.setattr(pipeline, "align", align)
     grown = auto.align(pair, Config())
     once = auto.align(pair, from_dict({"bootstrap": {"grow_from": 0}}))
-    assert grown.metrics["hits@1"] >= once.metrics["hits@1"] + 0.08
+    assert grown.metrics["hits@1"] >= once.metrics["hits@1"] + 0.04
     assert np.isfinite(margin[mutual]).all()
 
 
@@ -683,10 +684,12 @@ def test_with_seeds_the_held_out_seeds_choose_the_decoding():
     _, cfg, prepared = auto.prepare(seeded, Config(), Stopwatch())
     report = prepared.report["decoding"]
     held = report["held_out_hits@1"]
-    assert list(held) == ["one-to-one", "polished", "argmax"]  # the order of preference
+    # the order of preference; refined: the last polishes the probabilities' matching
+    assert list(held) == ["one-to-one", "polished", "argmax", "polished on probabilities"]
     best = max(held.values())
     assert report["chosen"] == next(name for name, hits in held.items() if hits == best)
-    assert cfg.assign.polish == (report["chosen"] == "polished")
+    assert cfg.assign.polish == report["chosen"].startswith("polished")
+    assert (cfg.assign.score_weight == 0) == report["chosen"].endswith("probabilities")
     assert cfg.assign.method == ("argmax" if report["chosen"] == "argmax" else "one-to-one")
     assert prepared.estimate["hits@1"] == best
     _, _, kept = auto.prepare(seeded, from_dict({"assign": {"method": "one-to-one"}}),

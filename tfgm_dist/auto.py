@@ -287,7 +287,10 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         f"{1 - targets / rows:.0%} of the sources have no counterpart, and one-to-one would "
         "give theirs away" if crowded else
         "one-to-one: each target matched at most once"
+        + (f", refined lists on their probabilities plus {cfg.assign.score_weight:g} x the "
+           "TFGM score over its largest" if exact else "")
         + (", unless the held-out seeds are decoded better by each source's best target"
+           + (" or by the probabilities alone" if exact else "")
            if pair.seeds is not None else ""))
     one_to_one = (cfg.assign.method == "one-to-one" if cfg.is_set("assign.method")
                   else not crowded)
@@ -826,8 +829,10 @@ def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config
     """Each fold's run, decoded; the settings, the results, and the report of the decoding
     when the user left it open: then the held-out seeds choose, by how many of them each
     decoding gets right, among the one-to-one matching, the same polished
-    (:func:`assign.polish`) and each row's best target (``argmax``), in that order of
-    preference (a later one must do strictly better). On partially overlapping pairs the
+    (:func:`assign.polish`), each row's best target (``argmax``) and, refined, the
+    one-to-one matching (polished where the first is) of the probabilities alone, without
+    the score (:func:`~tfgm_dist.refine.decoding`), in that order of preference (a later one
+    must do strictly better). On partially overlapping pairs the
     edges can pull the polish the wrong way (yeast copies keeping 80 % of the nodes, 20 %
     seeds: -4.6 / +3.2 / +1.2 points of one-to-one accuracy on three pairs), and where one
     graph holds far more nodes than have a counterpart, sources without one take the
@@ -843,6 +848,10 @@ def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config
         options = {"polished" if ac.polish else "one-to-one": cfg}
     if ac.method == "one-to-one" and not cfg.is_set("assign.method"):
         options["argmax"] = _apply(cfg, {"assign.method": "argmax", "assign.polish": False})
+    if ac.method == "one-to-one" and cfg.refine.enabled and ac.score_weight \
+            and not cfg.is_set("assign.score_weight"):
+        name = "polished" if ac.polish else "one-to-one"
+        options[f"{name} on probabilities"] = _apply(cfg, {"assign.score_weight": 0.0})
     decoded: dict[str, list[Result]] = {name: [] for name in options}
     for trial, _ in trials:
         scored = pipeline.score(trial, cfg, Stopwatch())
