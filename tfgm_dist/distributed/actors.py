@@ -413,12 +413,12 @@ class PartWorker(AuctionSide):
         the listed targets (:meth:`wanted`)."""
         start = time.perf_counter()
         lists = _held(self.refined_lists[0])
-        order = np.concatenate(self._listed_targets(target_parting[0]))
-        sorter, index = np.argsort(order), lists.index.numpy()
-        at = np.searchsorted(order, index, sorter=sorter).clip(max=max(order.size - 1, 0))
-        rows_t = torch.from_numpy(np.where(index >= 0, sorter[at] if order.size else at, -1))
-        o_t = torch.from_numpy(np.concatenate(served)) if served else torch.zeros(0, o_s.shape[1])
-        self.decoding_lists = decoding(lists, torch.from_numpy(o_s), o_t, weight, rows_t)
+        targets = np.concatenate(self._listed_targets(target_parting[0]))  # as served
+        order = np.argsort(targets)  # the served rows by increasing target number
+        rows_t = np.searchsorted(targets[order], lists.index.numpy())  # padding: masked after
+        self.decoding_lists = decoding(lists, torch.from_numpy(o_s),
+                                       torch.from_numpy(np.concatenate(served)[order]), weight,
+                                       torch.from_numpy(rows_t))
         self.usage.add("refine", start)
 
     def lists_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
