@@ -488,10 +488,11 @@ def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operat
                    backward=merge(bwd, fwd, cfg.search.k), refined=True)
 
 
-def refined_one_to_one(cfg: Config) -> bool:
-    """Whether a one-to-one decoding of refined lists runs: it reads the embeddings too
-    (:func:`~tfgm_dist.refine.decoding`)."""
-    return cfg.refine.enabled and cfg.assign.method == "one-to-one"
+def decodes_on_scores(cfg: Config) -> bool:
+    """Whether a one-to-one decoding of refined lists weighs the TFGM score
+    (:func:`~tfgm_dist.refine.decoding`): it reads the embeddings too."""
+    return (cfg.refine.enabled and cfg.assign.method == "one-to-one"
+            and cfg.assign.score_weight > 0)
 
 
 NO_GOLD_ASKED = ("no gold pair has its source among the output rows (all are seeds or "

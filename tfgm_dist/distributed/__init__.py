@@ -70,8 +70,8 @@ from ..features import Channel
 from ..graph import Graph
 from ..partition import Partition, partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
-                        content_kind, counted, has_structure, operators, plan,
-                        refined_one_to_one, scale, search_options)
+                        content_kind, counted, decodes_on_scores, has_structure, operators,
+                        plan, scale, search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
@@ -425,9 +425,9 @@ class Run:
         self.usage += usage
         if self.on_parts:
             return metrics, pieces
-        # a dense Hungarian, or a refined one-to-one decoding, reads the embeddings
+        # a dense Hungarian, or a refined one-to-one decoding weighing the score, reads them
         embeddings = ([gathered_embedding.remote(pt, *e) for pt, e in zip(self.parting, emb)]
-                      if self.dense or refined_one_to_one(cfg) else None)
+                      if self.dense or decodes_on_scores(cfg) else None)
         with self.watch.stage("refine+assign"):
             finish_cpus = _largest_node_cpus()
             out = finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
