@@ -7,6 +7,9 @@ from tfgm_dist.search import (Candidates, both_ways, build_index, candidates_fro
                               pq_codes, probe, probe_rows, search, top_k, trained_index,
                               training_rows, tune_nprobe)
 
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs a CUDA GPU; torch sees none on this host")
+
 INF = float("inf")
 
 
@@ -62,20 +65,25 @@ def test_a_sharded_flat_index_merged_equals_one_index_bit_for_bit():
     (40, 12, 10, 12 * 3),  # blocks thinner than k + 1
 ])
 @pytest.mark.parametrize("bf16", [False, True])
-def test_both_ways_equals_two_flat_searches_bit_for_bit(n_s, n_t, k, block_cells, bf16):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
+def test_both_ways_equals_two_flat_searches_bit_for_bit(n_s, n_t, k, block_cells, bf16, device):
     """Exact ties (duplicated rows) and zero rows, as featureless graphs give, must come out as
     two FAISS searches put them: the same lists and the same last bits; also from a
-    bfloat16 product, whose candidates are certified by its error bound."""
+    bfloat16 product, whose candidates are certified by its error bound, and from products
+    on a GPU, which sum in their own order; forward only where no backward is asked."""
     rng = np.random.default_rng(n_s + n_t)
     x_t = np.repeat(rng.standard_normal((-(-n_t // 4), 512)).astype(np.float32), 4, axis=0)[:n_t]
     x_s = x_t[rng.choice(n_t, n_s)] + 0.01 * rng.standard_normal((n_s, 512)).astype(np.float32)
     x_s[::9], x_t[::11] = 0.0, 0.0
     ids_s, ids_t = np.arange(n_s) * 3 + 1, np.arange(n_t) * 2 + 5
     forward, backward = both_ways(x_s, x_t, k, ids_s=ids_s, ids_t=ids_t, block_cells=block_cells,
-                                  bf16=bf16)
+                                  bf16=bf16, device=device)
     want_f = search(build_index(x_t, "flat"), x_s, k, ids=ids_t)
     want_b = search(build_index(x_s, "flat"), x_t, k, ids=ids_s)
-    for got, want in ((forward, want_f), (backward, want_b)):
+    only, none = both_ways(x_s, x_t, k, ids_s=None, ids_t=ids_t, block_cells=block_cells,
+                           bf16=bf16, device=device)
+    assert none is None
+    for got, want in ((forward, want_f), (backward, want_b), (only, want_f)):
         assert torch.equal(got.index, want.index) and torch.equal(got.scores, want.scores)
 
 

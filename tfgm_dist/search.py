@@ -451,63 +451,110 @@ def bf16_certifies(q_s: np.ndarray, q_t: np.ndarray, k: int,
     return float((single & ~low_ok).double().mean()) <= BF16_EXTRA
 
 
-def product_error(dim: int, bf16: bool) -> float:
+def product_error(dim: int, bf16: bool, on_cpu: bool = True) -> float:
     """Bound on ``|product score - pair score| / (|query| |row|)`` for rows of width ``dim``:
-    float32 BLAS (:data:`FLAT_ROUNDING`), or bfloat16 inputs rounded (``2u``), an output
-    rounded (``u``), accumulated in float32 (``dim 2^-24``) and the pair score's own rounding."""
+    float32 BLAS on the CPU (:data:`FLAT_ROUNDING`); float32 on a GPU, whose kernels sum in
+    an order of their own (``dim 2^-24``, the worst case of any order, plus the pair
+    score's rounding); or bfloat16 inputs rounded (``2u``), an output rounded (``u``),
+    accumulated in float32 and the pair score's own rounding."""
     if not bf16:
-        return FLAT_ROUNDING
+        return FLAT_ROUNDING if on_cpu else dim * 2.0 ** -24 + FLAT_ROUNDING
     return 3 * BF16_UNIT + BF16_UNIT ** 2 + dim * 2.0 ** -24 + FLAT_ROUNDING
 
 
-def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray,
-              ids_t: np.ndarray, block_cells: int = BLOCK_CELLS,
-              bf16: bool | None = None) -> tuple[Candidates, Candidates]:
+# On a GPU a block holds this share of the memory free at the start, not BLOCK_CELLS: the
+# products of a 1M-node pair in 128 MiB blocks are 32 rows each, 31,000 launches of a
+# product and two top-k's.
+DEVICE_MEMORY_SHARE = 1 / 8
+
+
+@contextmanager
+def ieee_float32() -> Iterator[None]:
+    """Within the block, float32 products on a GPU are computed in float32 (not TF32, whose
+    10-bit mantissa breaks :func:`product_error`); the previous setting is restored."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
+
+
+def block_rows(m: int, block_cells: int | None, device: torch.device) -> int:
+    """Rows of ``[rows, m]`` scores computed at once: ``block_cells`` scores, by default
+    :data:`BLOCK_CELLS` on the CPU and :data:`DEVICE_MEMORY_SHARE` of a GPU's free memory
+    (float32, with room for its top-k's)."""
+    if block_cells is None:
+        block_cells = BLOCK_CELLS if device.type == "cpu" else int(
+            DEVICE_MEMORY_SHARE * torch.cuda.mem_get_info(device)[0] / 4)
+    return max(1, block_cells // max(1, m))
+
+
+def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray | None,
+              ids_t: np.ndarray, block_cells: int | None = None, bf16: bool | None = None,
+              device: str | torch.device = "cpu") -> tuple[Candidates, Candidates | None]:
     """Exact top-``k`` both ways from one product: the best rows of ``x_t`` (node numbers
     ``ids_t``) for each row of ``x_s``, and the best rows of ``x_s`` (``ids_s``) for each row
-    of ``x_t``.
+    of ``x_t``; with ``ids_s=None`` the first only (the exact search on a GPU without
+    faiss-gpu).
 
     The forward and the backward search of a refined or mutual run score the same pairs:
-    each block of :math:`X_s X_t^T` (``block_cells`` scores) gives its rows' best ``w`` and
-    updates every column's running best ``w``, so the product is computed once, not twice
-    (DBP15k zh_en, 14,888 x 10,500 x 1,536 on 2 cores: 5.2 s against 6.9 s for two flat FAISS
-    searches). ``w`` is ``k + 1``, or with a ``bf16`` product (default: where
-    :func:`bf16_native` and :func:`bf16_certifies`) :data:`BF16_WIDTH` times that. The
-    lists are then those of :func:`search` on a flat index, bit for bit: every candidate
-    that can reach the ``k``-th is rescored by :func:`pair_scores` (:func:`_canonical`), and
-    a row whose widest product score is within the product's error (:func:`product_error`)
-    of its exact ``k``-th, or whose query is zero, is searched again by :func:`search`.
+    each block of :math:`X_s X_t^T` (``block_cells`` scores, :func:`block_rows`) gives its
+    rows' best ``w`` and updates every column's running best ``w``, so the product is
+    computed once, not twice (DBP15k zh_en, 14,888 x 10,500 x 1,536 on 2 cores: 5.2 s
+    against 6.9 s for two flat FAISS searches). The blocks are multiplied and ranked on
+    ``device`` (a torch device; the lists are finished on the CPU). ``w`` is ``k + 1``, or
+    with a ``bf16`` product (default: on a CPU where :func:`bf16_native` and
+    :func:`bf16_certifies`) or on a GPU :data:`BF16_WIDTH` times that: a GPU's float32
+    error bound is wider than BLAS's, and with ``k + 1`` a 100,000-node pair's rows came
+    so often within it of their ``k``-th that the CPU searched them again (7.4 s a pass on an
+    H100, where the product takes a tenth of a second). The lists are then those of
+    :func:`search` on a flat index, bit for bit, on any device: every candidate that can
+    reach the ``k``-th is rescored by :func:`pair_scores` (:func:`_canonical`), and a row
+    whose widest product score is within the product's error (:func:`product_error`) of
+    its exact ``k``-th, or whose query is zero, is searched again by :func:`search`.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    # The float32 product through numpy's BLAS (OpenBLAS), not torch's (MKL): on this AMD
-    # EPYC machine 14,888 x 10,500 x 1,792 took 2.3 s against 4.3 s, and 45,000^2 x 2,048
-    # 40 s against 70 s (190 against 100 GF/s; not measured on an Intel CPU).
+    device = torch.device(device)
+    on_cpu = device.type == "cpu"
+    # The float32 product on the CPU through numpy's BLAS (OpenBLAS), not torch's (MKL): on
+    # this AMD EPYC machine 14,888 x 10,500 x 1,792 took 2.3 s against 4.3 s, and 45,000^2 x
+    # 2,048 40 s against 70 s (190 against 100 GF/s; not measured on an Intel CPU).
     q_s, q_t = (np.ascontiguousarray(x, dtype=np.float32) for x in (x_s, x_t))
-    native = bf16_native() if bf16 is None else bf16
+    native = on_cpu and bf16_native() if bf16 is None else bf16
     low_t = torch.from_numpy(q_t).bfloat16().T if native else None  # the check's too
     if bf16 is None:
         bf16 = native and bf16_certifies(q_s, q_t, k, low_t)
+    base = None if on_cpu and not bf16 else (low_t if bf16 else torch.from_numpy(q_t).T
+                                             ).to(device)
     n, m = q_s.shape[0], q_t.shape[0]
-    wide = math.ceil(BF16_WIDTH * (k + 1)) if bf16 else k + 1
+    wide = math.ceil(BF16_WIDTH * (k + 1)) if bf16 or not on_cpu else k + 1
     w_row, w_col = min(wide, m), min(wide, n)
     row_s, row_i = torch.empty(n, w_row), torch.empty(n, w_row, dtype=torch.long)
-    columns = ColumnTop(m, w_col)
-    block = max(1, block_cells // max(1, m))
-    meter = Progress("search both ways", n, "queries")
-    for start in range(0, n, block):
-        rows = q_s[start:start + block]
-        # a bfloat16 block stays so: its tops are taken as fast and widened exactly after
-        # (DBP15k zh-en: 0.16 s a pass converting every block first)
-        s = (torch.from_numpy(rows).bfloat16() @ low_t) if bf16 else \
-            torch.from_numpy(rows @ q_t.T)
-        row_s[start:start + block], row_i[start:start + block] = s.topk(w_row, dim=1)
-        columns.add(s, start)
-        meter.advance(s.size(0))
-    col_s, col_i = columns.result()
-    error = product_error(q_s.shape[1], bf16)
-    return (_canonical(x_s, x_t, ids_t, row_s, row_i, k, error),
-            _canonical(x_t, x_s, ids_s, col_s.T.contiguous(), col_i.T.contiguous(), k, error))
+    columns = None if ids_s is None else ColumnTop(m, w_col, device)
+    block = block_rows(m, block_cells, device)
+    meter = Progress("search both ways" if columns else "search", n, "queries")
+    with ieee_float32():
+        for start in range(0, n, block):
+            rows = q_s[start:start + block]
+            # a bfloat16 block stays so: its tops are taken as fast and widened exactly
+            # after (DBP15k zh-en: 0.16 s a pass converting every block first)
+            s = torch.from_numpy(rows @ q_t.T) if base is None else \
+                torch.from_numpy(rows).to(device).to(base.dtype) @ base
+            top = s.topk(w_row, dim=1)
+            row_s[start:start + block], row_i[start:start + block] = top.values.cpu(), \
+                top.indices.cpu()
+            if columns is not None:
+                columns.add(s, start)
+            meter.advance(s.size(0))
+    error = product_error(q_s.shape[1], bf16, on_cpu)
+    forward = _canonical(x_s, x_t, ids_t, row_s, row_i, k, error)
+    if columns is None:
+        return forward, None
+    col_s, col_i = (t.cpu() for t in columns.result())
+    return forward, _canonical(x_t, x_s, ids_s, col_s.T.contiguous(), col_i.T.contiguous(),
+                               k, error)
 
 
 class ColumnTop:
@@ -523,9 +570,10 @@ class ColumnTop:
     columns of every block (1.2 s of the 5 on DBP15k, then 0.2 s). Equal scores keep the
     earlier row first, as a merge per block does."""
 
-    def __init__(self, m: int, width: int) -> None:
-        self.m, self.width = m, width
-        self.top_s, self.top_i = torch.empty(0, m), torch.empty(0, m, dtype=torch.long)
+    def __init__(self, m: int, width: int, device: torch.device = torch.device("cpu")) -> None:
+        self.m, self.width, self.device = m, width, device
+        self.top_s = torch.empty(0, m, device=device)
+        self.top_i = torch.empty(0, m, dtype=torch.long, device=device)
         self.pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.buffered = 0
 
@@ -558,12 +606,13 @@ class ColumnTop:
         m, width = self.m, self.top_s.size(0)
         vals = torch.cat([self.top_s.flatten(), *(v for v, _, _ in self.pending)])
         owners = torch.cat([self.top_i.flatten(), *(r for _, r, _ in self.pending)])
-        where = torch.cat([torch.arange(m).repeat(width), *(c for _, _, c in self.pending)])
+        where = torch.cat([torch.arange(m, device=self.device).repeat(width),
+                           *(c for _, _, c in self.pending)])
         self.pending, self.buffered = [], 0
         order = torch.sort(_by_group_then_descending(where, vals), stable=True).indices
-        first = torch.zeros(m + 1, dtype=torch.long)
+        first = torch.zeros(m + 1, dtype=torch.long, device=self.device)
         first[1:] = torch.cumsum(torch.bincount(where, minlength=m), 0)
-        rank = torch.arange(order.numel()) - first[where[order]]
+        rank = torch.arange(order.numel(), device=self.device) - first[where[order]]
         keep = order[rank < width]
         self.top_s = vals[keep].view(m, width).T.contiguous()
         self.top_i = owners[keep].view(m, width).T.contiguous()
@@ -612,6 +661,8 @@ def _canonical(queries: np.ndarray, base: np.ndarray, ids: np.ndarray, raw: torc
                            | ~queries.any(axis=1))
     if again.size:  # tied already: searched at once as wide as the widening would end
         # (flickr_lastfm: 102, 204 then 408 wide took 20.0 s with the rescoring, so 18.7 s)
+        log.info("search: %d of %d lists searched again (tied within the product's error)",
+                 again.size, queries.shape[0])
         redo = search(index, queries[again], k, ids=ids, first_width=widest(k, index.ntotal))
         out.scores[again], out.index[again] = redo.scores, redo.index
     return out
