@@ -13,7 +13,7 @@ import ray
 import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
-from tfgm_dist.distributed import held_once
+from tfgm_dist.distributed import RESTART_HEADROOM, held_once, placement
 from tfgm_dist.distributed.halo import halo_plans, with_edges
 from tfgm_dist.embed import graph_operator, row_block
 from tfgm_dist.errors import InputError
@@ -21,6 +21,7 @@ from tfgm_dist.graph import Graph
 from tfgm_dist.job import OnRay, run_job
 from tfgm_dist.load.tables import NodeContent
 from tfgm_dist.partition import partition, pymetis
+from tfgm_dist.search import gpu_available
 from tfgm_dist.synth import write_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,6 +110,35 @@ def test_a_graph_put_for_the_parts_is_held_once_by_the_driver(cluster):
     del ref, stored
     assert torch.equal(edges, before)
     assert ray.get(held_once(None)) is None
+
+
+def test_one_actor_per_gpu_with_its_tensors_on_cuda():
+    device, threads, options = placement(16, 4, 4)
+    assert device == "cuda" and threads == 4
+    assert options["num_gpus"] == 1 and options["num_cpus"] == 0
+    assert placement(16, 4, 8)[2]["num_gpus"] == 0.5  # two parts share each GPU
+
+
+def test_cpu_actors_run_their_share_of_cores_and_reserve_half():
+    device, threads, options = placement(8, 0, 2)
+    assert device == "cpu" and threads == 4
+    assert options["num_cpus"] == 4 * RESTART_HEADROOM and "num_gpus" not in options
+    assert options["scheduling_strategy"] == "SPREAD"
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and gpu_available()),
+                    reason="needs a CUDA GPU and faiss-gpu; this host lacks one or both")
+def test_a_ray_run_on_the_gpu_equals_one_process_on_the_cpu(cluster, tmp_path):
+    data = write_pair(tmp_path / "data", 3000, seed=2)
+    cfg = with_overrides(load_config(None), **{"search.k": 10, "job.source": str(data["source"]),
+                                               "job.target": str(data["target"]),
+                                               "job.gold": str(data["gold"])})
+    single = run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "single"),
+                                            "device": "cpu"}))
+    on_gpu = run_job(with_overrides(cfg, **{"job.out": str(tmp_path / "gpu"),
+                                            "ray.partitions": 1}))
+    assert on_gpu["ray"]["device"] == "cuda"
+    assert on_gpu["accuracy"] == pytest.approx(single["accuracy"], abs=0.001)
 
 
 def test_partition_refuses_more_parts_than_nodes():

@@ -45,8 +45,8 @@ from . import assign, estimate, features, metrics, pipeline
 from .config import Config, with_overrides
 from .errors import InputError
 from .graph import Graph
-from .pipeline import (Pair, Result, channels, embeddings, feature_kind, has_structure,
-                       operators, plan)
+from .pipeline import (Pair, Result, channels, device, embeddings, feature_kind,
+                       has_structure, operators, plan)
 from .stopwatch import Stopwatch
 
 log = logging.getLogger(__name__)
@@ -265,7 +265,14 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         chosen["anchors.enabled"] = True
         why["anchors"] = (f"{pair.seeds[0].size} seeds: each node also described by its "
                           "walks to them")
-    exact = n <= EXACT_MAX_NODES
+    exact, on = n <= EXACT_MAX_NODES, device(cfg)
+    chosen["device"] = on.type
+    # the same sizes on a GPU: an exact search with refinement of a 300,000-node pair there
+    # did not finish in 80 s where IVF took 20 s (H100, BENCHMARKS.md)
+    why["device"] = (f"torch sees {torch.cuda.get_device_name(on)}: the embedding"
+                     + (", the exact search and the refinement run" if exact else " runs")
+                     + " there" if on.type == "cuda" else
+                     "the CPU, as set" if cfg.is_set("device") else "torch sees no CUDA GPU")
     chosen.update({"search.index": "flat" if exact else "ivfpq",
                    "search.k": 200 if small and kind.startswith("degree") else
                    50 if exact else 10})
@@ -506,15 +513,15 @@ def _select_parts(trial: Pair, cfg: Config, deepest: Config, held: Pairs, target
     then one per layer)."""
     chans = channels(trial, deepest)
     content, structure, anchor = chans[0], chans[1:-1], chans[-1]
-    ops = operators(trial, cfg)
+    ops, on = operators(trial, cfg), device(cfg)
     queries = torch.from_numpy(held[0])
-    c_s, c_t = embeddings([content], ops, cfg.seed)
+    c_s, c_t = embeddings([content], ops, cfg.seed, on)
     width, first = content.x_s.size(1), int(cfg.embed.include_input)
     parts = [_prefix(c_s, c_t, queries, targets, (first + d) * width) for d in content_depths]
     if structure:
-        s_s, s_t = embeddings(structure, ops, cfg.seed)
+        s_s, s_t = embeddings(structure, ops, cfg.seed, on)
         parts.append(_prefix(s_s, s_t, queries, targets, s_s.size(1)))
-    a_s, a_t = embeddings([anchor], ops, cfg.seed)
+    a_s, a_t = embeddings([anchor], ops, cfg.seed, on)
     return parts + [_prefix(a_s, a_t, queries, targets, l * anchor.x_s.size(1))
                     for l in range(1, anchor_depth + 1)]
 

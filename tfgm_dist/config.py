@@ -40,6 +40,7 @@ IndexKind = Literal["flat", "ivf", "ivfpq", "hnsw"]  # the FAISS indexes of the 
 InputFormat = Literal["", "edgelist", "triples", "gw", "parquet"]
 OutFormat = Literal["parquet", "delta"]
 SupervisedMatch = Literal["argmax", "one-to-one"]
+Device = Literal["auto", "cpu", "cuda"]  # where one process embeds, searches and refines
 ASSIGN_METHODS = get_args(AssignMethod)
 OPERATORS = get_args(Operator)
 INDEX_KINDS = get_args(IndexKind)
@@ -250,6 +251,7 @@ class Config:
 
     seed: Annotated[Count, Field(lt=2**63)] = 0  # torch and numpy take 64-bit seeds
     top_k: Positive = 1  # rows written per source
+    device: Device = "auto"  # auto: a CUDA GPU where torch sees one (Ray parts: the cluster's)
     auto: Bool = True
     explicit: tuple[str, ...] = ()
     features: FeatureConfig = field(default_factory=FeatureConfig)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +118,10 @@ class RowBlock:
         return _block_of, (self.nodes, self.halo, a.crow_indices(), a.col_indices(), a.values(),
                            tuple(a.shape))
 
+    def to(self, device: torch.device | str) -> "RowBlock":
+        """The block with its adjacency on ``device`` (the node numbers stay on the CPU)."""
+        return replace(self, adj=self.adj.to(device))
+
 
 def _block_of(nodes: torch.Tensor, halo: torch.Tensor, crow: torch.Tensor, col: torch.Tensor,
               values: torch.Tensor, shape: tuple[int, int]) -> RowBlock:
@@ -183,6 +187,10 @@ class LayerParams:
 
     weight: torch.Tensor | None = None
     bias: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> "LayerParams":
+        """The same draws on ``device``."""
+        return LayerParams(*(None if t is None else t.to(device) for t in (self.weight, self.bias)))
 
 
 def layer_params(cfg: EmbedConfig, dim: int, seed: int = 0) -> list[LayerParams]:

@@ -32,7 +32,7 @@ from .config import Config
 from .errors import InputError
 from .load import fetch
 from .pipeline import Pair, Result, load_pair
-from .stopwatch import Stopwatch, peak_rss_bytes
+from .stopwatch import Stopwatch, peak_gpu_bytes, peak_rss_bytes
 
 if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
     from .distributed import Events
@@ -182,6 +182,7 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
             metrics = {**run, "finished_at": _now(), **quality,
                        "seconds": {**watch.seconds, "total": time.perf_counter() - start},
                        "peak_rss_bytes": peak_rss_bytes(),
+                       **({} if (gpu := peak_gpu_bytes()) is None else {"peak_gpu_bytes": gpu}),
                        "rows": sum(f["rows"] for f in files),
                        "nodes": {"source": pair.source.num_nodes,
                                  "target": pair.target.num_nodes},

@@ -334,22 +334,32 @@ def scale(chans: list[features.Channel]) -> float:
     return sum(c.scale for c in chans)
 
 
-def embeddings(chans: list[features.Channel], ops: tuple[Operator, Operator], seed: int
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Single-process TFGM embeddings ``O_s, O_t``: every channel's, each block scaled by
-    the root of the channel's weight times the block's (:attr:`EmbedConfig.block_weights`),
-    concatenated."""
-    params = [layer_params(c.embed, c.x_s.size(1), seed) for c in chans]
+def device(cfg: Config) -> torch.device:
+    """Where one process embeds, searches and refines: ``cfg.device``, ``auto`` being the
+    first CUDA GPU that torch sees, else the CPU."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("device = cuda, but torch sees no CUDA GPU on this host "
+                         f"(torch {torch.__version__}); set device = cpu or auto")
+    cuda = cfg.device == "cuda" or cfg.device == "auto" and torch.cuda.is_available()
+    return torch.device("cuda" if cuda else "cpu")
+
+
+def embeddings(chans: list[features.Channel], ops: tuple[Operator, Operator], seed: int,
+               on: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Single-process TFGM embeddings ``O_s, O_t`` (on the CPU, computed ``on`` a device):
+    every channel's, each block scaled by the root of the channel's weight times the
+    block's (:attr:`EmbedConfig.block_weights`), concatenated."""
+    params = [[q.to(on) for q in layer_params(c.embed, c.x_s.size(1), seed)] for c in chans]
     width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
     out = []
     for g, op in enumerate(ops):
-        block, o, at = whole(op), torch.empty(op.num_nodes, width), 0
+        block, o, at = whole(op).to(on), torch.empty(op.num_nodes, width, device=on), 0
         for c, p in zip(chans, params):
-            for b, w in zip(embed_blocks((c.x_s, c.x_t)[g], block, c.embed, p),
+            for b, w in zip(embed_blocks((c.x_s, c.x_t)[g].to(on), block, c.embed, p),
                             c.embed.block_weights):
                 torch.mul(b, math.sqrt(c.weight * w), out=o[:, at:at + b.size(1)])
                 at += b.size(1)
-        out.append(o)
+        out.append(o.cpu())
     return out[0], out[1]
 
 
@@ -436,18 +446,20 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     watch = watch or Stopwatch()
     with watch.stage("features"):
         chans = channels(pair, cfg)
+    on = device(cfg)
     with watch.stage("embed"):
         ops = operators(pair, cfg)
-        o_s, o_t = embeddings(chans, ops, cfg.seed)
+        o_s, o_t = embeddings(chans, ops, cfg.seed, on)
     p, k = plan(pair, cfg), cfg.search.k
     opts = {**search_options(cfg), "recall": cfg.search.recall}
     with watch.stage("search"):
         searches, backward = {}, None
         a_s, a_t = o_s.numpy(), o_t.numpy()
-        if (p.sources is not None and cfg.search.index == "flat" and not gpu_available()
-                and both_ways_pays(o_t.size(1), k)):
-            forward, backward = both_ways(taken(a_s, p.sources), taken(a_t, p.targets), k,
-                                          ids_s=p.sources, ids_t=p.targets)
+        # exact: on a GPU without faiss-gpu by torch, on the CPU where one product pays
+        if cfg.search.index == "flat" and not gpu_available() and (
+                on.type != "cpu" or p.sources is not None and both_ways_pays(o_t.size(1), k)):
+            forward, backward = both_ways(taken(a_s, p.searched), taken(a_t, p.targets), k,
+                                          ids_s=p.sources, ids_t=p.targets, device=on)
         else:
             forward, searches["forward"] = top_k(taken(a_s, p.searched), a_t, k,
                                                  candidates=p.targets, **opts)
@@ -480,7 +492,8 @@ def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operat
         rc, psi = cfg.refine, consensus_psi(cfg)
         fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
         block_s, block_t = whole(ops[0]), whole(ops[1])
-        common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scored.scale, seed=cfg.seed)
+        common = dict(steps=rc.steps, dim=rc.dim, psi=psi, scale=scored.scale, seed=cfg.seed,
+                      device=device(cfg))
         fwd = refine(scored.forward, block_s, block_t, fixed=fixed, **common)
         bwd = refine(scored.backward, block_t, block_s,
                      fixed=None if fixed is None else (fixed[1], fixed[0]), **common)

@@ -132,7 +132,8 @@ def indicator_rows(gen: torch.Generator, num_nodes: int, dim: int, nodes: np.nda
 
 def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, dim: int,
            psi: EmbedConfig, scale: float, seed: int,
-           fixed: tuple[torch.Tensor, torch.Tensor] | None = None) -> Candidates:
+           fixed: tuple[torch.Tensor, torch.Tensor] | None = None,
+           device: torch.device | str = "cpu") -> Candidates:
     """Consensus-refined correspondence probabilities on the candidates ``c``.
 
     Args:
@@ -144,6 +145,8 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         seed: seeds the indicator functions; the same seed gives the same result.
         fixed: known pairs ``(sources, targets)`` (seeds) whose rows are pinned to their
             target: they then carry the known correspondence into every step.
+        device: where the steps run; the indicators are drawn on the CPU, so every device
+            refines with the same draws.
     Returns:
         Candidates holding :math:`\\mathrm{softmax}(\\hat{S})`, rows re-sorted.
     """
@@ -152,20 +155,23 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         raise ValueError(f"candidates have {c.index.size(0)} rows, the source {n_s} nodes")
     index, logits = initial(c, list_width(c), steps, scale, fixed)
     crow, col, perm = _transpose_csr(index, n_t)
-    pattern = candidate_pattern(index, n_t)
-    params = layer_params(psi, dim)  # psi_2 is weight-free: built once, not every step
+    pattern = candidate_pattern(index, n_t).to(device)
+    index, logits, crow, col, perm = (t.to(device) for t in (index, logits, crow, col, perm))
+    block_s, block_t = block_s.to(device), block_t.to(device)
+    # psi_2 is weight-free: built once, not every step
+    params = [p.to(device) for p in layer_params(psi, dim)]
     gen = torch.Generator().manual_seed(seed)
     meter = Progress("refine", steps, "steps")
     for _ in range(steps):
         s = torch.softmax(logits, dim=1).nan_to_num(0.0)
         with sparse_on_purpose():
             s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
-        r_s = torch.randn(n_s, dim, generator=gen)
+        r_s = torch.randn(n_s, dim, generator=gen).to(device)
         o_s = embed(r_s, block_s, psi, params)
         o_t = embed(s_t @ r_s, block_t, psi, params)
         logits = logits + candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
         meter.advance()
-    return settled(logits, index, c.k)
+    return settled(logits.cpu(), index.cpu(), c.k)
 
 
 def decoding(probabilities: Candidates, o_s: torch.Tensor, o_t: torch.Tensor, weight: float,

@@ -23,6 +23,15 @@ def peak_rss_bytes() -> int:
     return max(own, children) * 1024
 
 
+def peak_gpu_bytes() -> int | None:
+    """Peak memory torch allocated on its current CUDA GPU, ``None`` where this process
+    never used one (torch is imported here only where it already was)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.max_memory_allocated())
+
+
 def private_rss_bytes() -> int | None:
     """This process's resident memory of its own (``RssAnon`` of ``/proc/self/status``):
     not the shared pages of Ray's object store it read or wrote, which the resident set

@@ -32,8 +32,8 @@ from ..pipeline import (Content, Pair, Plan, Result, Scored, channels, conclude,
                         content_channels, content_counts, content_rows, evaluate, node_inputs,
                         refined)
 from ..refine import decoding, list_width
-from ..search import (IVF_KINDS, Candidates, build_index, exact_best, gpu_available, ivf_kind,
-                      probe, search, set_nprobe, taken, trained_index, trained_on)
+from ..search import (IVF_KINDS, Candidates, both_ways, build_index, exact_best, gpu_available,
+                      ivf_kind, probe, search, set_nprobe, taken, trained_index, trained_on)
 from ..stopwatch import Stopwatch, peak_rss_bytes, private_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
@@ -207,11 +207,9 @@ class PartWorker(AuctionSide):
         except InputError as e:
             self.failed = e
         pa.default_memory_pool().release_unused()  # what reading left (0.27 of 1.27 GiB)
-        self.params = [[LayerParams(*(None if t is None else t.to(device)
-                                      for t in (q.weight, q.bias))) for q in channel]
-                       for channel in params]
-        self.blocks = [replace(b, adj=b.adj.to(device)) for b in (g.block() for g in self.parts)]
-        self.shard = SearchShard()
+        self.params = [[q.to(device) for q in channel] for channel in params]
+        self.blocks = [g.block().to(device) for g in self.parts]
+        self.shard = SearchShard(device)
         self.P = 1  # parts of the run, told by :meth:`consensus`
         self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
         self.refined_lists: list[Candidates | None] = [None, None]  # per direction, refined
@@ -525,9 +523,12 @@ class SearchShard:
     The pipeline's part actors search their part's rows with it, and :class:`Shard` actors
     the rows they were given (the supervised kNN); :func:`merge_top_k` merges the shards'
     lists into one index's, bit for bit for a flat index (:func:`~tfgm_dist.search.search`).
+    On a GPU that FAISS cannot use (faiss-cpu), a flat search is torch's there
+    (:func:`~tfgm_dist.search.both_ways`, forward only), with the same lists.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
         self.indexes: dict[str, Any] = {}
         self.exact: dict[str, np.ndarray] = {}
 
@@ -558,6 +559,10 @@ class SearchShard:
                trained: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of ``queries`` among ``base[base_rows]`` (node numbers ``base_ids``),
         with ``options["nprobe"]`` lists for an IVF index (``trained``: as in :meth:`probe`)."""
+        if options["kind"] == "flat" and self.device != "cpu" and not gpu_available():
+            c, _ = both_ways(queries, taken(base, base_rows), k, ids_s=None, ids_t=base_ids,
+                             device=self.device)
+            return c.scores.numpy(), c.index.numpy()
         index = self._index(key, base, base_rows, options, trained)
         if options["kind"] in IVF_KINDS:
             set_nprobe(index, options["nprobe"])
