@@ -1,0 +1,79 @@
+"""GPU benchmark: one process on a CUDA GPU against the same process on its host's CPUs.
+
+    python -m jobs.bench_gpu                                   # 100k and 300k, cpu and cuda
+    python -m jobs.bench_gpu --sizes 100000 --runs cuda        # a quick look
+
+For each size ``tfgm-dist synth`` writes the pair (seed 0, as ``jobs.bench_scale``), and each
+run is the real command ``tfgm-dist align SOURCE TARGET --out OUT --gold GOLD`` in a new
+process with no config file, only the device set (``cpu`` or ``cuda``): the job chooses the
+same settings on both, and on the GPU embeds, and where the search is exact searches and
+refines, there. Prints one Markdown table: seconds per stage, Hits@1, one-to-one accuracy,
+peak RSS and peak GPU memory. Each run's metrics are also kept under ``--keep`` when given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from jobs import warn_uncompiled
+
+RUNS = {"cpu": ["--set", "device=cpu"], "cuda": ["--set", "device=cuda"]}
+STAGES = ("load", "features", "embed", "search", "refine", "assign", "write")
+
+
+def align(folder: Path, out: Path, run: str) -> tuple[float, dict]:
+    """One run of the real command in a new process: its wall seconds and metrics."""
+    cmd = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(folder / "source"),
+           str(folder / "target"), "--out", str(out), "--gold", str(folder / "gold.parquet"),
+           "--overwrite", *RUNS[run]]
+    start = time.perf_counter()
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode:
+        raise SystemExit(f"align failed: {' '.join(cmd)}")
+    return time.perf_counter() - start, json.loads((out / "metrics.json").read_text())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="100000,300000")
+    p.add_argument("--runs", default="cpu,cuda", help=f"of {', '.join(RUNS)}")
+    p.add_argument("--keep", help="copy each run's metrics.json into this folder")
+    args = p.parse_args()
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    print(f"machine: {os.cpu_count()} cores, {gpu}, torch {torch.__version__}\n")
+    warn_uncompiled()
+    print(f"| nodes | run | wall s | {' | '.join(STAGES)} | Hits@1 | one-to-one acc "
+          "| search | refined | peak RSS GiB | peak GPU GiB |")
+    print("|---|---|---|" + "---|" * len(STAGES) + "---|---|---|---|---|---|", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tfgm-gpu-") as tmp:
+        for n in (int(x) for x in args.sizes.split(",")):
+            folder = Path(tmp) / f"synth-{n}"
+            subprocess.run([sys.executable, "-m", "tfgm_dist.cli", "-q", "synth", str(folder),
+                            "--nodes", str(n)], check=True, stdout=subprocess.DEVNULL)
+            for run in args.runs.split(","):
+                out = Path(tmp) / f"out-{n}-{run}"
+                wall, m = align(folder, out, run)
+                if args.keep:
+                    Path(args.keep).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(out / "metrics.json", Path(args.keep) / f"{n}-{run}.json")
+                chosen = m["auto"]["chosen"]
+                sec = " | ".join(f"{m['seconds'].get(s, 0.0):.1f}" for s in STAGES)
+                print(f"| {n:,} | {run} | {wall:.1f} | {sec} | {100 * m['hits@1']:.2f} "
+                      f"| {100 * m['accuracy']:.2f} "
+                      f"| {chosen['search.index']}, k {chosen['search.k']} "
+                      f"| {chosen['refine.enabled']} "
+                      f"| {m['peak_rss_bytes'] / 2**30:.2f} "
+                      f"| {m.get('peak_gpu_bytes', 0) / 2**30:.2f} |", flush=True)
+                shutil.rmtree(out)
+
+
+if __name__ == "__main__":
+    main()
