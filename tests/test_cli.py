@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from tfgm_dist import cli
 from tfgm_dist.load import load_graph, load_pairs
@@ -327,6 +328,9 @@ BAD_INPUTS = {
                                    ["c.toml", "embed.layrs"]),
     "top-k zero": ({}, ["--top-k", "0"], "g.txt", ["top_k"]),
     "top-k above search.k": ({}, ["--top-k", "51"], "g.txt", ["top_k", "search.k"]),
+    **({} if torch.cuda.is_available() else {  # before the load: a GPU asked for, not there
+        "device = cuda without a GPU": ({}, ["--set", "device=cuda"], "absent.txt",
+                                        ["device = cuda", "no CUDA GPU"])}),
 }
 
 

@@ -31,7 +31,7 @@ from . import auto, checkpoint, write
 from .config import Config
 from .errors import InputError
 from .load import fetch
-from .pipeline import Pair, Result, load_pair
+from .pipeline import Pair, Result, device, load_pair
 from .stopwatch import Stopwatch, peak_gpu_bytes, peak_rss_bytes
 
 if TYPE_CHECKING:  # distributed imports Ray: only the Ray runner loads it
@@ -148,6 +148,8 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
         paths["collection"] = collection
     delta = job.out_format == "delta"
     out = write.check_output(job.out, job.overwrite, job.output_root, delta=delta)
+    if not cfg.ray.partitions:
+        device(cfg)  # a GPU asked for and missing fails before the load, not after
     watch, start = Stopwatch(), time.perf_counter()
     run = {"schema_version": METRICS_SCHEMA, "run_id": run_id(), "started_at": _now()}
     if delta:
