@@ -588,7 +588,7 @@ class ColumnTop:
                 self.top_s, pick = self.top_s.topk(self.width, dim=0)
                 self.top_i = self.top_i.gather(0, pick)
             return
-        rows, cols = (s > self.top_s[-1]).nonzero(as_tuple=True)
+        rows, cols = (s > _rounded_down(self.top_s[-1], s.dtype)).nonzero(as_tuple=True)
         if rows.numel():
             self.pending.append((s[rows, cols].float(), rows + start, cols))
             self.buffered += rows.numel()
@@ -616,6 +616,19 @@ class ColumnTop:
         keep = order[rank < width]
         self.top_s = vals[keep].view(m, width).T.contiguous()
         self.top_i = owners[keep].view(m, width).T.contiguous()
+
+
+def _rounded_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` (float32) in ``dtype``, each value the largest there not above it: a block of
+    that type is compared with its column thresholds without being widened to float32
+    (DBP15k zh-en's bfloat16 blocks: 67 -> 24 ms each). What is above ``x`` is above it,
+    and the few entries between are dropped by the merge, which keeps the earlier row of
+    equal scores."""
+    if x.dtype == dtype:
+        return x
+    low = x.to(dtype)
+    return torch.where(low.float() > x, torch.nextafter(low, torch.full_like(low, -torch.inf)),
+                       low)
 
 
 def _by_group_then_descending(groups: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
