@@ -268,7 +268,8 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
     exact, on = n <= EXACT_MAX_NODES, device(cfg)
     chosen["device"] = on.type
     # the same sizes on a GPU: an exact search with refinement of a 300,000-node pair there
-    # did not finish in 80 s where IVF took 20 s (H100, BENCHMARKS.md)
+    # did not finish in 80 s where IVF took 20 s (H100, BENCHMARKS.md; measured before the
+    # GPU's lists were widened, which spared most of its searching again on the CPU)
     why["device"] = (f"torch sees {torch.cuda.get_device_name(on)}: the embedding"
                      + (", the exact search and the refinement run" if exact else " runs")
                      + " there" if on.type == "cuda" else
