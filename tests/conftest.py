@@ -2,14 +2,16 @@
 about 10 s on this machine; the modules that need it used to start their own), and a cache
 of sentence vectors of their own."""
 import pytest
-import ray
-
-from tfgm_dist.distributed import connect
 
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A real Ray cluster started in this process, as the command line starts it."""
+    """A real Ray cluster started in this process, as the command line starts it. Ray is
+    imported here, not above, so that the modules that need no cluster run where Ray is
+    missing (the GPU tests on a machine lent without it)."""
+    import ray
+
+    from tfgm_dist.distributed import connect
     connect()
     yield
     ray.shutdown()
