@@ -42,7 +42,7 @@ from jobs import warn_uncompiled
 from jobs.bench_engine import CONFIGS
 from tfgm_dist.config import load_config
 from tfgm_dist.pipeline import channels, embeddings, load_pair, operators
-from tfgm_dist.search import REFINE_FACTOR, TRAIN_PER_LIST, pq_codes
+from tfgm_dist.search import REFINE_FACTOR, TRAIN_PER_LIST, ieee_float32, pq_codes
 
 CONFIG = CONFIGS / "synthetic.toml"
 KMEANS_ITERATIONS = 10  # FAISS's default for the coarse quantiser
@@ -56,21 +56,24 @@ DRIVER_STAGES = ("load", "features", "partition", "write")  # the driver's, on i
 PART_STAGES = ("refine", "assign")  # on the part actors' CPUs, each over its own rows
 
 
-def machine_bounds() -> dict[str, float]:
-    """Memory bandwidth (bytes/s, a 512 MiB copy) and dense float32 GEMM rate (FLOP/s),
-    best of five, with every core."""
+def machine_bounds(device: str = "cpu") -> dict[str, float]:
+    """Memory bandwidth (bytes/s, a 512 MiB copy) and dense float32 GEMM rate (FLOP/s,
+    IEEE float32, not TF32), best of five, with every core or on the GPU ``device``."""
     torch.set_num_threads(os.cpu_count() or 1)
-    a = torch.rand(1 << 27)
+    a = torch.rand(1 << 27, device=device)
     b = torch.empty_like(a)
-    copy = min(_timed(lambda: b.copy_(a)) for _ in range(5))
-    x, y = torch.rand(4096, 4096), torch.rand(4096, 4096)
-    gemm = min(_timed(lambda: x @ y) for _ in range(5))
+    copy = min(_timed(lambda: b.copy_(a), device) for _ in range(5))
+    x, y = torch.rand(4096, 4096, device=device), torch.rand(4096, 4096, device=device)
+    with ieee_float32():
+        gemm = min(_timed(lambda: x @ y, device) for _ in range(5))
     return {"bandwidth": 2 * a.numel() * 4 / copy, "gemm": 2 * 4096 ** 3 / gemm}
 
 
-def _timed(f) -> float:
+def _timed(f, device: str = "cpu") -> float:
     start = time.perf_counter()
     f()
+    if device != "cpu":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - start
 
 
