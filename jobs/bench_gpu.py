@@ -24,29 +24,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from jobs import warn_uncompiled
+from jobs.bench_engine import run_cli
 from jobs.bench_scale import machine_bounds
 
 RUNS = {"cpu": ["--set", "device=cpu"], "cuda": ["--set", "device=cuda"],
         "cuda-exact": ["--set", "device=cuda", "--set", "search.index=flat", "--set",
                        "search.k=50", "--set", "refine.enabled=true"]}
 STAGES = ("load", "features", "embed", "search", "refine", "assign", "write")
-
-
-def align(folder: Path, out: Path, run: str) -> tuple[float, dict]:
-    """One run of the real command in a new process: its wall seconds and metrics."""
-    cmd = [sys.executable, "-m", "tfgm_dist.cli", "-q", "align", str(folder / "source"),
-           str(folder / "target"), "--out", str(out), "--gold", str(folder / "gold.parquet"),
-           "--overwrite", *RUNS[run]]
-    start = time.perf_counter()
-    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode:
-        raise SystemExit(f"align failed: {' '.join(cmd)}")
-    return time.perf_counter() - start, json.loads((out / "metrics.json").read_text())
 
 
 def settings(out: Path, m: dict) -> str:
@@ -85,7 +74,9 @@ def main() -> None:
                             "--nodes", str(n)], check=True, stdout=subprocess.DEVNULL)
             for run in args.runs.split(","):
                 out = Path(tmp) / f"out-{n}-{run}"
-                wall, m = align(folder, out, run)
+                wall, m = run_cli([str(folder / "source"), str(folder / "target"), "--out",
+                                   str(out), "--gold", str(folder / "gold.parquet"),
+                                   *RUNS[run]])
                 if args.keep:
                     Path(args.keep).mkdir(parents=True, exist_ok=True)
                     shutil.copy(out / "metrics.json", Path(args.keep) / f"{n}-{run}.json")
