@@ -313,3 +313,9 @@ def test_candidates_reject_mismatched_shapes():
         Candidates(torch.zeros(2, 3), torch.zeros(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="must be equal"):
         Candidates(torch.zeros(3), torch.zeros(3, dtype=torch.long))
+
+
+def test_torch_searches_on_the_device_only_a_flat_index_on_a_gpu_faiss_cannot_use():
+    from tfgm_dist.search import gpu_available, on_device
+    assert not on_device("flat", "cpu") and not on_device("ivfpq", "cuda")
+    assert on_device("flat", "cuda") == (not gpu_available())

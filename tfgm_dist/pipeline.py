@@ -29,7 +29,8 @@ from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
 from .refine import merge, refine
-from .search import Candidates, both_ways, both_ways_pays, gpu_available, taken, top_k
+from .search import (Candidates, both_ways, both_ways_pays, gpu_available, on_device, taken,
+                     top_k)
 from .stopwatch import Stopwatch
 
 log = logging.getLogger("tfgm_dist")
@@ -455,9 +456,9 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     with watch.stage("search"):
         searches, backward = {}, None
         a_s, a_t = o_s.numpy(), o_t.numpy()
-        # exact: on a GPU without faiss-gpu by torch, on the CPU where one product pays
-        if cfg.search.index == "flat" and not gpu_available() and (
-                on.type != "cpu" or p.sources is not None and both_ways_pays(o_t.size(1), k)):
+        if on_device(cfg.search.index, on) or (
+                p.sources is not None and cfg.search.index == "flat" and not gpu_available()
+                and both_ways_pays(o_t.size(1), k)):
             forward, backward = both_ways(taken(a_s, p.searched), taken(a_t, p.targets), k,
                                           ids_s=p.sources, ids_t=p.targets, device=on)
         else:

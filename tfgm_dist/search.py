@@ -490,6 +490,12 @@ def block_rows(m: int, block_cells: int | None, device: torch.device) -> int:
     return max(1, block_cells // max(1, m))
 
 
+def on_device(kind: str, device: str | torch.device) -> bool:
+    """Whether a ``kind`` search on ``device`` is :func:`both_ways`'s products there: a flat
+    (exact) search on a GPU that FAISS cannot use (faiss-cpu)."""
+    return kind == "flat" and torch.device(device).type != "cpu" and not gpu_available()
+
+
 def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray | None,
               ids_t: np.ndarray, block_cells: int | None = None, bf16: bool | None = None,
               device: str | torch.device = "cpu") -> tuple[Candidates, Candidates | None]:

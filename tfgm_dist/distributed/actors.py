@@ -33,7 +33,8 @@ from ..pipeline import (Content, Pair, Plan, Result, Scored, channels, conclude,
                         refined)
 from ..refine import decoding, list_width
 from ..search import (IVF_KINDS, Candidates, both_ways, build_index, exact_best, gpu_available,
-                      ivf_kind, probe, search, set_nprobe, taken, trained_index, trained_on)
+                      ivf_kind, on_device, probe, search, set_nprobe, taken, trained_index,
+                      trained_on)
 from ..stopwatch import Stopwatch, peak_rss_bytes, private_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
@@ -559,7 +560,7 @@ class SearchShard:
                trained: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of ``queries`` among ``base[base_rows]`` (node numbers ``base_ids``),
         with ``options["nprobe"]`` lists for an IVF index (``trained``: as in :meth:`probe`)."""
-        if options["kind"] == "flat" and self.device != "cpu" and not gpu_available():
+        if on_device(options["kind"], self.device):
             c, _ = both_ways(queries, taken(base, base_rows), k, ids_s=None, ids_t=base_ids,
                              device=self.device)
             return c.scores.numpy(), c.index.numpy()
