@@ -287,3 +287,21 @@ def test_graphs_named_in_two_scripts_are_matched_by_their_names():
     best = dict(zip(result.matches["source_id"].to_pylist(),
                     result.matches["target_id"].to_pylist()))
     assert best == {i: order[i] for i in range(n)}
+
+
+def test_sentence_vectors_in_bfloat16_stay_near_float32_and_are_cached_apart(tmp_path,
+                                                                              monkeypatch):
+    from tfgm_dist import features
+    if features._encoder_dtype() != torch.bfloat16:
+        pytest.skip("this CPU multiplies no bfloat16 in hardware: the encoder runs in float32")
+    names = ["Berlin", "Kyoto Station", "United States Navy SEALs", "Cartoon Network"]
+    low = sentence_vectors(names, cache_dir=tmp_path)
+    monkeypatch.setattr(features, "_encoder_dtype", lambda: torch.float32)
+    features._encoder.cache_clear()
+    try:
+        full = sentence_vectors(names, cache_dir=tmp_path)
+    finally:
+        features._encoder.cache_clear()  # the next test's encoder in bfloat16 again
+    assert len(list(tmp_path.glob("minilm-*.npy"))) == 2  # one cache file each
+    assert not torch.equal(low, full)
+    assert float((low * full).sum(1).min()) > 0.9995
