@@ -142,9 +142,31 @@ def test_jape_triples_read_their_names_from_ent_ids_beside_them(tmp_path, caplog
     assert f"it does not list entity 1 of {tmp_path / 'triples_3'}" in caplog.text
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".zst"])
+def test_compressed_text_reads_as_its_inner_suffix_says(tmp_path, suffix):
+    text = "src,dst,weight\na,b,0.5\nb,c,2\n"
+    plain = load_graph(write(tmp_path, "g.csv", text))
+    path = tmp_path / f"g.csv{suffix}"
+    with pa.output_stream(str(path), compression="detect") as out:
+        out.write(text.encode())
+    packed = load_graph(path)
+    assert edges(packed) == edges(plain) == [("a", "b"), ("b", "c")]
+    assert torch.equal(packed.edge_weight, plain.edge_weight)
+    triples = tmp_path / "rel_triples_1.gz"
+    with pa.output_stream(str(triples), compression="detect") as out:
+        out.write(b"x r y\n")
+    assert edges(load_graph(triples)) == [("x", "y")]
+
+
+def test_a_file_not_in_the_compression_of_its_suffix_is_one_line(tmp_path):
+    path = write(tmp_path, "g.tsv.gz", "1\t2\n")
+    with raises(str(path), "cannot read"):
+        load_graph(path)
+
+
 def test_fmt_overrides_extension(tmp_path):
     path = write(tmp_path, "g.dat", "a r b\n")
-    with raises(str(path), "fmt="):
+    with raises(str(path), "--format", "fmt="):
         load_graph(path)
     assert edges(load_graph(path, fmt="triples")) == [("a", "b")]
     with raises(str(path), "line 1", "weight 'b' is not a number", "--format triples"):

@@ -17,7 +17,7 @@ from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_colum
                   node_numbers, weights_of)
 from .tables import (NodeContent, edge_columns, is_delta, no_nulls, node_content, node_features,
                      node_names, parquet_dataset, read_nodes, read_table, read_text,
-                     read_text_rows, reading, streamed_batches)
+                     read_text_rows, reading, streamed_batches, text_suffix)
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ EDGE_LIST_SUFFIXES = frozenset({"", ".tsv", ".csv", ".txt", ".edges", ".edgelist
 
 
 def guess_format(path: Path) -> str:
-    suffix = path.suffix.lower()
+    suffix = text_suffix(path)
     if path.is_dir():
         return "parquet"
     if suffix == ".gw":
@@ -36,7 +36,7 @@ def guess_format(path: Path) -> str:
     if suffix in EDGE_LIST_SUFFIXES:
         return "edgelist"
     raise InputError(f"{path}: cannot tell the format from the extension {suffix!r}; "
-                     f"pass fmt= one of {', '.join(FORMATS)}")
+                     f"name it (--format, or fmt= in Python): one of {', '.join(FORMATS)}")
 
 
 def load_edge_list(path: Path) -> Graph:

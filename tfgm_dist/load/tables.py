@@ -23,15 +23,29 @@ DELTA_LOG = "_delta_log"  # the transaction log folder that makes a folder a Del
 HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id"})
 
 
+# Suffixes of the compressed text Arrow's input streams read (public graph collections
+# such as SNAP ship their edge lists gzipped: facebook_combined.txt.gz).
+COMPRESSED = frozenset({".gz", ".bz2", ".zst", ".lz4", ".br"})
+
+
+def text_suffix(path: Path) -> str:
+    """The suffix that tells a text file's kind, under a compression suffix: ``.tsv`` for
+    ``edges.tsv.gz``."""
+    suffix = path.suffix.lower()
+    return Path(path.stem).suffix.lower() if suffix in COMPRESSED else suffix
+
+
 def read_text(path: Path) -> str:
+    """The text of ``path``, decompressed where its suffix names a compression."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a file")
     try:
-        data = path.read_bytes()
+        with pa.input_stream(str(path), compression="detect") as stream:
+            data = stream.read()
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a file") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    except OSError as e:  # unreadable, or not the compression its suffix names
+        raise InputError(f"{path}: cannot read ({e.strerror or one_line(e)})") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -41,7 +55,7 @@ def read_text(path: Path) -> str:
 
 def _delimiter(path: Path) -> str | None:
     """``,`` for .csv, tab for .tsv, otherwise None (any run of whitespace)."""
-    return {".csv": ",", ".tsv": "\t"}.get(path.suffix.lower())
+    return {".csv": ",", ".tsv": "\t"}.get(text_suffix(path))
 
 
 def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
