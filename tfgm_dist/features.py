@@ -6,6 +6,7 @@ random projection are shared by the pair.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import importlib.util
@@ -240,7 +241,19 @@ def _encoded(texts: list[str]) -> np.ndarray:
                 meter.advance(batch.size)
     finally:
         torch.set_num_threads(threads)
+        _give_back_freed()
     return out
+
+
+def _give_back_freed() -> None:
+    """Return to the system what the encoding threads freed. glibc keeps a thread's freed
+    memory in that thread's arena, for that thread: a DBP15k ja-en first run peaked at 1.93
+    to 2.08 GB with the encoder's threads, 1.82 GB after ``malloc_trim`` (1.81 GB encoded
+    without threads). Without glibc nothing is done."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def degrees(graph: Graph) -> torch.Tensor:
