@@ -441,6 +441,14 @@ class Result:
     mutual: torch.Tensor | None = None  # [n] the match is its target's best source too
     confidence: torch.Tensor | None = None  # [n] in [0, 1], NaN where unmatched
 
+    def take_rows(self, at: torch.Tensor) -> "Result":
+        """The result of the rows ``at`` (a mask or positions), without its metrics."""
+        return replace(self, rows=self.rows[at], candidates=self.candidates.take_rows(at),
+                       matched=self.matched[at], matched_score=self.matched_score[at],
+                       mutual=None if self.mutual is None else self.mutual[at],
+                       confidence=None if self.confidence is None else self.confidence[at],
+                       metrics={})
+
 
 def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     """Run the features, embed, search and (optionally) refine stages on a loaded pair."""

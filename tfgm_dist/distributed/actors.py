@@ -711,13 +711,7 @@ def finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float
     which = part_s.part[result.rows.numpy()]
     pieces = []
     for q in range(part_s.num_parts):
-        m = torch.from_numpy(which == q)
-        pieces.append(replace(result, rows=result.rows[m],
-                              candidates=result.candidates.take_rows(m),
-                              matched=result.matched[m], matched_score=result.matched_score[m],
-                              mutual=None if result.mutual is None else result.mutual[m],
-                              confidence=None if result.confidence is None
-                              else result.confidence[m], metrics={}))
+        pieces.append(result.take_rows(torch.from_numpy(which == q)))
         checkpoint.save_piece(resume, q, pieces[-1])
     checkpoint.save_done(resume, result.metrics, part_s.num_parts)
     return (result.metrics, usage.report(), *pieces)
