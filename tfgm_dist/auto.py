@@ -199,11 +199,11 @@ RAW_CELLS = 1 << 24
 # run (a million nodes would take hours); 1,369 x 73,000 (10^8) 55 s. Beyond SELECT_CELLS
 # scores a seeded sample of the queries, then of the targets, is scored.
 SELECT_CELLS = 3 * 10**7
+SELECT_MIN_QUERIES = 1_000
 # Scores of one part held at once by held_out_mrr, for every part at once: 1,024 queries a
 # block against DBP15k zh-en's 19,572 targets, 5 parts, had put the peak of a run without
 # seeds at 2.07 GB (1.52 GB before its first choice of the hints' weight).
 HELD_OUT_BLOCK_CELLS = 1 << 22
-SELECT_MIN_QUERIES = 1_000
 Pairs = tuple[np.ndarray, np.ndarray]  # known or held-out pairs: (source, target numbers)
 
 
@@ -668,9 +668,10 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     (:func:`_grown`). These passes match every node of both graphs, whatever the queries
     and candidates restrict the output to: anchors anywhere tell structure apart (DBP15k
     ranked against its test targets 95.3 / 98.4 / 99.6 -> 96.1 / 98.5 / 99.6 one-to-one,
-    as shipped zh / ja 59.4 / 67.8 -> 66.2 / 75.2, for 5-30 s more). The passes read the names and vectors left in the input
-    (:attr:`Graph.content`); on the Ray path they run in one task, not in the driver
-    (:func:`tfgm_dist.distributed.prepare`). The returned pair carries the hints."""
+    as shipped zh / ja 59.4 / 67.8 -> 66.2 / 75.2, for 5-30 s more). The passes read the
+    names and vectors left in the input (:attr:`Graph.content`); on the Ray path they run
+    in one task, not in the driver (:func:`tfgm_dist.distributed.prepare`). The returned
+    pair carries the hints."""
     settled, report = checked_settle(pair, cfg)
     if not passes(pair, settled):
         return pair, settled, Prepared(report)
