@@ -680,17 +680,21 @@ def test_without_seeds_the_hints_come_from_the_whole_graphs_where_the_output_is_
         tmp_path):
     """Queries and candidates restrict what is output and ranked, not where the anchors
     come from: the bootstrapping passes match every node (DBP15k zh-en ranked against its
-    test targets: 95.3 -> 96.1 one-to-one), and the first pass handed to the confidence is
-    cut to the output's rows."""
+    test targets: 95.3 -> 96.1 one-to-one), the hints the output leaves out on both sides
+    are seeds of the final pass (96.6), and the first pass handed to the confidence is cut
+    to the output's rows."""
     paths = attributed_yeast(tmp_path, vocabulary=1000, words=4)
     whole = pipeline.load_pair(paths["source"], paths["target"], Config())
     half = np.arange(0, whole.source.num_nodes, 2)
     targets = np.arange(whole.target.num_nodes // 2)
     pair = replace(whole, queries=half, candidates=targets)
     final, cfg, prepared = auto.prepare(pair, Config(), Stopwatch())
-    hinted_s, hinted_t = final.hints
-    assert not np.isin(hinted_s, half).all() and not np.isin(hinted_t, targets).all()
     assert np.array_equal(final.queries, half) and np.array_equal(final.candidates, targets)
+    seeds_s, seeds_t = final.seeds
+    assert prepared.report["bootstrap"]["outside_as_seeds"] == seeds_s.size > 0
+    assert not np.isin(seeds_s, half).any() and not np.isin(seeds_t, targets).any()
+    hinted_s, hinted_t = final.hints
+    assert (np.isin(hinted_s, half) | np.isin(hinted_t, targets)).all()
     rows = pipeline.plan(final, cfg).rows
     assert np.array_equal(prepared.first.rows.numpy(), rows)
     result = prepared.finish(pipeline.align(final, cfg, Stopwatch()))

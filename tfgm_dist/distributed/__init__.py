@@ -241,20 +241,21 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch, held: list[ray.ObjectRef]
     Where it runs passes of the pipeline (held-out folds with seeds, a bootstrapping pass
     without), they run in one task on the largest node (:func:`~.actors.prepare_whole`),
     not in the driver: a seeded pass holds the whole pair's content, channels, embeddings
-    and candidate lists, and the driver only receives the hints, the settings and what the
-    output is finished with. The task's stage seconds are added to ``watch``."""
+    and candidate lists, and the driver only receives the seeds and hints of the final
+    pass, the settings and what the output is finished with. The task's stage seconds are
+    added to ``watch``."""
     settled, report = auto.checked_settle(pair, cfg)
     if not auto.passes(pair, settled):
         return pair, settled, Prepared(report), []
     cpus = _largest_node_cpus()
     log.info("auto: the held-out and bootstrapping passes run in one task of %g cores", cpus)
-    hints, dropped, cfg, prepared, seconds, usage = _got([prepare_whole.options(
+    seeds, hints, dropped, cfg, prepared, seconds, usage = _got([prepare_whole.options(
         num_cpus=cpus).remote(_without_edges(pair), cfg, settled, report, cpus, *held)])[0]
     for stage, took in seconds.items():
         watch.seconds[stage] = watch.seconds.get(stage, 0.0) + took
     if dropped:
         pair = replace(pair, source=auto.unnamed(pair.source), target=auto.unnamed(pair.target))
-    return replace(pair, hints=hints), cfg, prepared, [usage]
+    return replace(pair, seeds=seeds, hints=hints), cfg, prepared, [usage]
 
 
 class Run:

@@ -657,9 +657,10 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
     """:func:`~tfgm_dist.auto.prepared_by_passes` of the whole ``pair`` in this task, with
     the user's settings ``asked`` and what the driver settled of them (``cfg``,
     ``report``): the held-out folds, the choices and the bootstrapping passes. Returns the
-    hints, whether the names read from the ids were dropped (:func:`~tfgm_dist.auto.unnamed`),
-    the settings, the :class:`Prepared`, the stages' seconds and this process's usage: the
-    pair itself, the passes' embeddings and lists stay here."""
+    seeds and the hints of the final pass, whether the names read from the ids were dropped
+    (:func:`~tfgm_dist.auto.unnamed`), the settings, the :class:`Prepared`, the stages'
+    seconds and this process's usage: the pair itself, the passes' embeddings and lists
+    stay here."""
     _threads(num_cpus)
     usage, watch = Usage("prepare"), Stopwatch()
     out, cfg, prepared = prepared_by_passes(_with_edges(pair, list(edges)), asked, cfg, report,
@@ -667,7 +668,7 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
     usage.seconds = watch.seconds
     read = [g.names_from_ids for g in (pair.source, pair.target)]
     dropped = any(read) and read != [g.names_from_ids for g in (out.source, out.target)]
-    return out.hints, dropped, cfg, prepared, watch.seconds, usage.report()
+    return out.seeds, out.hints, dropped, cfg, prepared, watch.seconds, usage.report()
 
 
 # max_calls = 1: the worker exits after it, giving back the whole pair's memory
