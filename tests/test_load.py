@@ -158,6 +158,16 @@ def test_compressed_text_reads_as_its_inner_suffix_says(tmp_path, suffix):
     assert edges(load_graph(triples)) == [("x", "y")]
 
 
+@pytest.mark.parametrize("listing", ["ent_ids_1", "ent_ids_1.gz"])
+def test_compressed_jape_triples_read_their_names_from_ent_ids_beside_them(tmp_path, listing):
+    with pa.output_stream(str(tmp_path / "triples_1.gz"), compression="detect") as out:
+        out.write(b"1\t5\t2\n")
+    with pa.output_stream(str(tmp_path / listing), compression="detect") as out:
+        out.write(b"1\thttp://dbpedia.org/resource/Kyoto_Station\n"
+                  b"2\thttp://dbpedia.org/resource/Kyoto\n")
+    assert load_graph(tmp_path / "triples_1.gz").names == ["Kyoto Station", "Kyoto"]
+
+
 def test_a_file_not_in_the_compression_of_its_suffix_is_one_line(tmp_path):
     path = write(tmp_path, "g.tsv.gz", "1\t2\n")
     with raises(str(path), "cannot read"):

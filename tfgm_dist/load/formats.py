@@ -15,9 +15,9 @@ from ..errors import InputError
 from ..graph import Graph
 from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_column, infer_ids,
                   node_numbers, weights_of)
-from .tables import (NodeContent, edge_columns, is_delta, no_nulls, node_content, node_features,
-                     node_names, parquet_dataset, read_nodes, read_table, read_text,
-                     read_text_rows, reading, streamed_batches, text_suffix)
+from .tables import (COMPRESSED, NodeContent, edge_columns, is_delta, no_nulls, node_content,
+                     node_features, node_names, parquet_dataset, read_nodes, read_table,
+                     read_text, read_text_rows, reading, streamed_batches, text_suffix)
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,13 @@ def load_triples(path: Path) -> Graph:
 def _entity_uris(path: Path, ids: pa.Array) -> pa.Array | None:
     """The URI of every node of a JAPE-layout triples file, from its ``ent_ids_N``; ``None``
     where there is none, or it does not list every node (then a warning says why)."""
-    found = re.fullmatch(r".*triples_(\d+)", path.name)
+    packed = path.suffix if path.suffix.lower() in COMPRESSED else ""  # triples_1.gz
+    found = re.fullmatch(r".*triples_(\d+)", path.name[:len(path.name) - len(packed)])
     if found is None or not pa.types.is_integer(ids.type):
         return None
-    listing = path.with_name(f"ent_ids_{found.group(1)}")
-    if not listing.is_file():
+    listings = [path.with_name(f"ent_ids_{found.group(1)}{suffix}") for suffix in ("", packed)]
+    listing = next((at for at in listings if at.is_file()), None)
+    if listing is None:
         return None
     try:
         rows = read_text_rows(listing, ncols=(2,))
