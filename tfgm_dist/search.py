@@ -515,11 +515,11 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray | N
     error bound is wider than BLAS's, and with ``k + 1`` a 100,000-node pair's rows came
     so often within it of their ``k``-th that the CPU searched them again (7.4 s a pass on an
     H100, whose float32 rate does the product's arithmetic in about a tenth of a second).
-    The lists are then those of
-    :func:`search` on a flat index, bit for bit, on any device: every candidate that can
-    reach the ``k``-th is rescored by :func:`pair_scores` (:func:`_canonical`), and a row
-    whose widest product score is within the product's error (:func:`product_error`) of
-    its exact ``k``-th, or whose query is zero, is searched again by :func:`search`.
+    The lists are then those of :func:`search` on a flat index, bit for bit, on any device:
+    every candidate that can reach the ``k``-th is rescored by :func:`pair_scores`
+    (:func:`_canonical`), and a row whose widest product score is within the product's
+    error (:func:`product_error`) of its exact ``k``-th, or whose query is zero, is searched
+    again by :func:`search`.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
