@@ -348,7 +348,11 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         "rounds of confident matches: " + confident if hinted else
         f"up to {SEEDED_ROUNDS} rounds, each kept while the held-out estimate improves, the "
         f"next only after a gain of {MIN_ROUND_GAIN:g}: the mutual best matches of confidence "
-        f">= {HINT_CONFIDENCE:g} become anchors of the next pass" if seeded else
+        f">= {HINT_CONFIDENCE:g} become anchors of the next pass"
+        + ("; then, the output being restricted, those of a pass over every node of both "
+           "graphs that knows every seed are the final pass's, the ones outside the output "
+           "its seeds" if pair.queries is not None or pair.candidates is not None else "")
+        if seeded else
         "FAQ's polish instead: on yeast a bootstrapping pass before it added nothing (-0.6 to "
         "+0.5 points, 3 runs per noise level) for 2 s more" if faq
         else "no backward search: the hints would be mutual only among the lists, and a "
@@ -666,6 +670,30 @@ def _outside(hints: Pairs | None, pair: Pair) -> tuple[Pairs | None, Pairs | Non
     return (hints[0][out], hints[1][out]), (hints[0][~out], hints[1][~out])
 
 
+def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration
+                    ) -> tuple[Pair, dict[str, int]]:
+    """With seeds, where the queries or candidates restrict the output: ``pair`` with the
+    hints of one more pass over every node of both graphs, which knows every seed and the
+    hints of the held-out rounds: its mutual best matches of confidence (``fit``, on the
+    held-out seeds) at least :data:`HINT_CONFIDENCE`, those the output leaves out on both
+    sides as seeds (:func:`_outside`); and the report. The held-out runs match only the
+    output's rows and targets, so they never anchor the rest of the graphs, which a run
+    without seeds does (:func:`prepared_by_passes`). DBP15k ranked against its test targets,
+    one-to-one: 96.60 / 99.00 / 99.46 -> 96.93 / 99.10 / 99.65, as shipped zh 82.0 -> 83.1,
+    for a pass of 5-6 s."""
+    whole = replace(pair, queries=None, candidates=None, gold=None)
+    last = pipeline.align(whole, _apply(cfg, {"assign.polish": False}), Stopwatch())
+    sure = confident_matches(last, fit)
+    if sure is None:
+        return pair, {"hints": 0, "outside_as_seeds": 0}
+    outside, hints = _outside(_apart_from(sure, pair.seeds), pair)
+    seeds = pair.seeds if outside is None else tuple(
+        np.concatenate([a, b]) for a, b in zip(pair.seeds, outside))
+    return replace(pair, seeds=seeds, hints=hints), {
+        "hints": int(sure[0].size), "outside_as_seeds": 0 if outside is None else
+        int(outside[0].size)}
+
+
 def _held_out_better(new: dict[str, Any], old: dict[str, Any]) -> bool:
     return (new["hits@1"], new["mrr"]) > (old["hits@1"], old["mrr"])
 
@@ -758,6 +786,9 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
         fit = estimate.fitted(guesses, helds)
     if hints is not None:
         pair = replace(pair, hints=_apart_from(hints, pair.seeds))
+    if cfg.bootstrap.rounds and (pair.queries is not None or pair.candidates is not None):
+        with watch.stage("bootstrap"):
+            pair, report["bootstrap"]["whole"] = _from_the_whole(pair, cfg, fit)
     found = {**found, "confidence_fitted_on": fit.fitted_on}
     return pair, cfg, Prepared(report, found, fit)
 
