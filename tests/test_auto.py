@@ -489,7 +489,8 @@ def test_bootstrapping_with_seeds_keeps_a_round_only_when_the_held_out_estimate_
         assert tried[report["rounds"] - 1]["held_out_hits@1"] == prepared.estimate["hits@1"]
     # the final pass's hints: a last pass's that knows every seed where it pays
     # (auto._whole_pays), else those of the last round kept
-    if "whole" in report:
+    if "whole" in report:  # never after a round that lost: the held-out seeds say hints hurt
+        assert report["rounds"] or not report["tried"]
         assert report["whole"]["outside_as_seeds"] == 0
         assert report["whole"]["hints"] >= final.hints[0].size > 0
     elif report["rounds"]:
