@@ -659,19 +659,22 @@ def _apart_from(hints: tuple[np.ndarray, np.ndarray], seeds: tuple[np.ndarray, n
     return hints[0][keep], hints[1][keep]
 
 
-def _outside(hints: Pairs | None, pair: Pair) -> tuple[Pairs | None, Pairs | None]:
-    """``hints`` cut in two: those whose source is not output and whose target is not
-    searched (both left out by ``pair``'s queries and candidates), and the rest. The first
-    are seeds of the final pass, tied, anchored and pinned: no output row is theirs, so being
-    sure of them overstates no confidence (DBP15k ranked against its test targets, without
-    seeds: 96.12 / 98.50 / 99.64 one-to-one with them as hints, 96.62 / 98.85 / 99.69 as
-    seeds)."""
+def _hinted_outside_seeded(pair: Pair, hints: Pairs | None) -> tuple[Pair, int]:
+    """``pair`` with ``hints``, those whose source is not output and whose target is not
+    searched (both left out by ``pair``'s queries and candidates) joining its seeds instead;
+    and how many joined. Seeds of the final pass are tied, anchored and pinned: no output row
+    is theirs, so being sure of them overstates no confidence (DBP15k ranked against its test
+    targets, without seeds: 96.12 / 98.50 / 99.64 one-to-one with them as hints, 96.62 /
+    98.85 / 99.69 as seeds)."""
     if hints is None or pair.queries is None or pair.candidates is None:
-        return None, hints
+        return replace(pair, hints=hints), 0
     out = ~np.isin(hints[0], pair.queries) & ~np.isin(hints[1], pair.candidates)
     if not out.any():
-        return None, hints
-    return (hints[0][out], hints[1][out]), (hints[0][~out], hints[1][~out])
+        return replace(pair, hints=hints), 0
+    outside = (hints[0][out], hints[1][out])
+    seeds = outside if pair.seeds is None else tuple(
+        np.concatenate([a, b]) for a, b in zip(pair.seeds, outside))
+    return replace(pair, seeds=seeds, hints=(hints[0][~out], hints[1][~out])), int(out.sum())
 
 
 def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration
@@ -679,7 +682,8 @@ def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration
     """With seeds: ``pair`` with the hints of one more pass over every node of both graphs,
     which knows every seed and the hints of the held-out rounds: its mutual best matches of
     confidence (``fit``, on the held-out seeds) at least :data:`HINT_CONFIDENCE`, those the
-    output leaves out on both sides as seeds (:func:`_outside`); and the report.
+    output leaves out on both sides as seeds (:func:`_hinted_outside_seeded`); and the
+    report.
 
     The held-out runs know a tenth fewer seeds, so their hints are fewer and less often
     right; where queries and candidates restrict the output they also match only its rows
@@ -692,12 +696,8 @@ def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration
     sure = confident_matches(last, fit)
     if sure is None:
         return pair, {"hints": 0, "outside_as_seeds": 0}
-    outside, hints = _outside(_apart_from(sure, pair.seeds), pair)
-    seeds = pair.seeds if outside is None else tuple(
-        np.concatenate([a, b]) for a, b in zip(pair.seeds, outside))
-    return replace(pair, seeds=seeds, hints=hints), {
-        "hints": int(sure[0].size), "outside_as_seeds": 0 if outside is None else
-        int(outside[0].size)}
+    pair, outside = _hinted_outside_seeded(pair, _apart_from(sure, pair.seeds))
+    return pair, {"hints": int(sure[0].size), "outside_as_seeds": outside}
 
 
 def _whole_pays(pair: Pair, trial: Pair, guess: Result, found: dict[str, Any],
@@ -748,10 +748,12 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch) -> tuple[Pair, Config, Pr
     and candidates restrict the output to: anchors anywhere tell structure apart (DBP15k
     ranked against its test targets 95.3 / 98.4 / 99.6 -> 96.1 / 98.5 / 99.6 one-to-one,
     as shipped zh / ja 59.4 / 67.8 -> 66.2 / 75.2, for 5-30 s more), and the hints that
-    the output leaves out on both sides are its seeds (:func:`_outside`). The passes read
-    the names and vectors left in the input (:attr:`Graph.content`); on the Ray path they
-    run in one task, not in the driver (:func:`tfgm_dist.distributed.prepare`). The
-    returned pair carries the hints and those seeds."""
+    the output leaves out on both sides are its seeds (:func:`_hinted_outside_seeded`).
+    With seeds, a last pass that knows every seed gives the final pass's hints where it
+    pays (:func:`_from_the_whole`). The passes read the names and vectors left in the input
+    (:attr:`Graph.content`); on the Ray path they run in one task, not in the driver
+    (:func:`tfgm_dist.distributed.prepare`). The returned pair carries the hints and those
+    seeds."""
     settled, report = checked_settle(pair, cfg)
     if not passes(pair, settled):
         return pair, settled, Prepared(report)
@@ -787,10 +789,8 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
                 report["bootstrap"].update(grown)
             else:
                 cfg, last, report["bootstrap"] = grown_cfg, grown_last, grown
-        seeds, hints = _outside(hints, pair)
-        report["bootstrap"]["outside_as_seeds"] = 0 if seeds is None else int(seeds[0].size)
-        pair = replace(whole, queries=pair.queries, candidates=pair.candidates, seeds=seeds,
-                       hints=hints)
+        pair, report["bootstrap"]["outside_as_seeds"] = _hinted_outside_seeded(
+            replace(whole, queries=pair.queries, candidates=pair.candidates), hints)
         rows = np.searchsorted(last.rows.numpy(), plan(pair, cfg).rows)
         return pair, cfg, Prepared(report, first=last.take_rows(torch.from_numpy(rows)))
     # names read from URIs are weighed against structure without their sentence vectors:
