@@ -21,7 +21,6 @@ from tfgm_dist.graph import Graph
 from tfgm_dist.job import OnRay, run_job
 from tfgm_dist.load.tables import NodeContent
 from tfgm_dist.partition import partition, pymetis
-from tfgm_dist.search import gpu_available
 from tfgm_dist.synth import write_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +38,28 @@ def rows(out: Path):
 def job(cfg: Config, out: Path, partitions: int, **paths) -> Config:
     return with_overrides(cfg, **{"job.out": str(out), "ray.partitions": partitions,
                                   **{f"job.{k}": str(v) for k, v in paths.items()}})
+
+
+def assert_equal_matches(ta: pa.Table, tb: pa.Table) -> None:
+    """A Ray run's rows are one process's: bit for bit where the part actors run on CPUs;
+    where they run on the cluster's GPU, every id, rank and null equal and the floats to
+    1e-6, since a GPU sums a part's rows in another order than the whole graph's (on an
+    H100: scores within 4.8e-7 of one process's, every target, confidence and accuracy
+    equal)."""
+    assert ta.num_rows > 0
+    if not ray.cluster_resources().get("GPU"):
+        assert ta.equals(tb)
+        return
+    assert ta.schema == tb.schema and ta.num_rows == tb.num_rows
+    for name in ta.column_names:
+        a, b = ta.column(name), tb.column(name)
+        if pa.types.is_floating(a.type):
+            assert a.null_count == b.null_count, name
+            np.testing.assert_allclose(a.to_numpy(zero_copy_only=False),
+                                       b.to_numpy(zero_copy_only=False), rtol=0, atol=1e-6,
+                                       err_msg=name)
+        else:
+            assert a.equals(b), name
 
 
 def assert_same_rows(a: Path, b: Path) -> None:
@@ -126,9 +147,11 @@ def test_cpu_actors_run_their_share_of_cores_and_reserve_half():
     assert options["scheduling_strategy"] == "SPREAD"
 
 
-@pytest.mark.skipif(not (torch.cuda.is_available() and gpu_available()),
-                    reason="needs a CUDA GPU and faiss-gpu; this host lacks one or both")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU; torch sees none on this host")
 def test_a_ray_run_on_the_gpu_equals_one_process_on_the_cpu(cluster, tmp_path):
+    """The part actor's tensors live on the GPU (with faiss-cpu its exact search is torch's
+    there); its matches are one CPU process's."""
     data = write_pair(tmp_path / "data", 3000, seed=2)
     cfg = with_overrides(load_config(None), **{"search.k": 10, "job.source": str(data["source"]),
                                                "job.target": str(data["target"]),
@@ -218,7 +241,7 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     p = 3
     metrics = run_job(job(base, tmp_path / f"p{p}", p, **paths))
     (ta, _), (tb, manifest) = rows(tmp_path / "single"), rows(tmp_path / f"p{p}")
-    assert ta.num_rows > 0 and ta.equals(tb)
+    assert_equal_matches(ta, tb)
     decided = tb.filter(pc.and_(pc.equal(tb.column("rank"), 1),
                                 pc.is_valid(tb.column("target_id"))))
     assert decided.num_rows > 0 and decided.column("confidence").null_count == 0
@@ -318,7 +341,7 @@ def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster,
         "names" if content == "names" else "given")
     assert_same_rows(tmp_path / "single", tmp_path / "p2")
     (ta, _), (tb, _) = rows(tmp_path / "single"), rows(tmp_path / "p2")
-    assert ta.equals(tb)
+    assert_equal_matches(ta, tb)
     assert two["accuracy"] == single["accuracy"] > 0.5
     assert two.get("estimate") == single.get("estimate")
     assert read == {"names": [1], "vectors and seeds": [800, 800]}.get(content, [800, 800, 1])
@@ -352,9 +375,12 @@ def test_count_vectors_are_rooted_alike_on_the_parts(cluster, tmp_path):
     single = run_job(job(plain, tmp_path / "single", 0, **paths))
     run_job(job(plain, tmp_path / "p2", 2, **paths))
     (one, _), (two, _) = rows(tmp_path / "single"), rows(tmp_path / "p2")
-    assert one.num_rows > 0 and one.equals(two) and single["accuracy"] > 0.5
+    assert_equal_matches(one, two)
+    assert single["accuracy"] > 0.5
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA GPU: a part "
+                    "actor placed on it starts")
 def test_a_part_actor_that_cannot_start_is_one_error_at_once(cluster, tmp_path, monkeypatch,
                                                               capsys):
     """Its constructor fails: a restart would fail alike, so the run is not tried again."""
