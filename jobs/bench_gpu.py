@@ -3,6 +3,7 @@
     python -m jobs.bench_gpu                                   # 100k and 300k, cpu and cuda
     python -m jobs.bench_gpu --sizes 300000,1000000 --runs cuda,cuda-exact
     python -m jobs.bench_gpu --sizes 100000 --runs cuda        # a quick look
+    python -m jobs.bench_gpu --sizes 300000 --runs cuda,ray    # one part actor on the GPU
 
 For each size ``tfgm-dist synth`` writes the pair (seed 0, as ``jobs.bench_scale``), and each
 run is the real command ``tfgm-dist align SOURCE TARGET --out OUT --gold GOLD`` in a new
@@ -10,7 +11,9 @@ process with no config file, only the device set (``cpu`` or ``cuda``): the job 
 same settings on both, and on the GPU embeds, and where the search is exact searches and
 refines, there. ``cuda-exact`` also sets an exact search with refinement, as the job
 chooses up to ``auto.EXACT_MAX_NODES``, at any size: whether a GPU should search exactly
-above it is that row against the ``cuda`` one. Prints the host's and the GPU's copy
+above it is that row against the ``cuda`` one. ``ray`` runs the pair on a fresh local Ray
+cluster with one part (``--partitions 1``), whose actor takes the GPU where the cluster has
+one: the distributed code path against the ``cuda`` row's one process. Prints the host's and the GPU's copy
 bandwidth and float32 GEMM rate (:func:`jobs.bench_scale.machine_bounds`), then one Markdown
 table: seconds per stage, Hits@1, one-to-one accuracy, peak RSS and peak GPU memory. Each
 run's metrics are also kept under ``--keep`` when given.
@@ -34,7 +37,8 @@ from jobs.bench_scale import machine_bounds
 
 RUNS = {"cpu": ["--set", "device=cpu"], "cuda": ["--set", "device=cuda"],
         "cuda-exact": ["--set", "device=cuda", "--set", "search.index=flat", "--set",
-                       "search.k=50", "--set", "refine.enabled=true"]}
+                       "search.k=50", "--set", "refine.enabled=true"],
+        "ray": ["--partitions", "1"]}
 STAGES = ("load", "features", "embed", "search", "refine", "assign", "write")
 
 
@@ -46,8 +50,9 @@ def settings(out: Path, m: dict) -> str:
     def value(key: str):
         section, name = key.split(".")
         return m["auto"]["chosen"].get(key, given[section][name])
+    on = f", Ray actor on {m['ray']['device']}" if "ray" in m else ""
     return (f"{value('search.index')}, k {value('search.k')}, "
-            f"refined {value('refine.enabled')}")
+            f"refined {value('refine.enabled')}{on}")
 
 
 def main() -> None:
