@@ -338,6 +338,28 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
                    for k in user["held_out_mrr"])
 
 
+def test_few_held_out_pairs_choose_among_every_other_anchor_weight(seeded_pair, monkeypatch):
+    """Weights a factor 2 apart are scored only where the held-out pairs are many
+    (auto.FINE_WEIGHTS_HELD_OUT); the choice is the best of those scored."""
+    cfg, _ = auto.settle(seeded_pair, Config())
+    [(kept, held)] = auto.split_seeds(seeded_pair.seeds, cfg.seed)
+    trials = [(auto.estimation_pair(replace(seeded_pair, seeds=kept), held), held)]
+    assert held[0].size < auto.FINE_WEIGHTS_HELD_OUT
+
+    def weights(report: dict) -> set[str]:
+        return {k.split("weight ")[1].split(",")[0] for k in report["held_out_mrr"]
+                if "weight" in k}
+    few = auto.select(trials, cfg)[1]
+    assert weights(few) == {"0.25", "1", "4", "16", "64"}
+    monkeypatch.setattr(auto, "FINE_WEIGHTS_HELD_OUT", held[0].size)
+    chosen, many = auto.select(trials, cfg)
+    assert weights(many) == {f"{w:g}" for w in auto.ANCHOR_WEIGHTS}
+    best = max(many["held_out_mrr"], key=many["held_out_mrr"].get)
+    assert best.endswith(many["anchors"])
+    a = chosen.anchors
+    assert auto._describe((a.weight, a.layers) if a.enabled else None) == many["anchors"]
+
+
 @pytest.mark.parametrize("words", [True, False])
 def test_names_read_from_uris_are_kept_only_where_the_held_out_seeds_rank_better(
         seeded_pair, words, monkeypatch):
