@@ -304,9 +304,10 @@ def test_estimate_never_reads_gold_and_tracks_the_true_accuracy(seeded_pair):
 
 
 def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_pair):
-    """The held-out MRR of "2 layers, structure on/off, weight w, l layers" is that of a run
-    embedded at depth 2 with or without the structure channel and with those anchors: a
-    depth is a prefix of the deepest embedding, the structure channel a part of its own."""
+    """The held-out MRR of "2 layers, input v, structure on/off, weight w, l layers" is that
+    of a run embedded at depth 2, its input block weighing v, with or without the structure
+    channel and with those anchors: a depth is a prefix of the deepest embedding's layers,
+    the input block and the structure channel parts of their own."""
     cfg, _ = auto.settle(seeded_pair, Config())
     # this pair's vectors are distinct (no structure channel settled); turned on as if settled
     assert not cfg.structure.enabled
@@ -317,9 +318,10 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
     assert chosen.embed.layers == report["embed_layers"] in auto.CONTENT_LAYERS
     assert chosen.structure.enabled == report["structure"]
     assert {k.split(",")[0] for k in report["held_out_mrr"]} == {"2 layers", "3 layers"}
+    assert chosen.embed.input_weight == report["input_weight"] in auto.INPUT_WEIGHTS
     queries = torch.from_numpy(held[0])
-    for structure in (True, False):
-        fixed = replace(cfg, embed=replace(cfg.embed, layers=2),
+    for structure, input_weight in ((True, 1.0), (False, 1.0), (False, 4.0)):
+        fixed = replace(cfg, embed=replace(cfg.embed, layers=2, input_weight=input_weight),
                         structure=replace(cfg.structure, enabled=structure),
                         anchors=replace(cfg.anchors, weight=4.0, layers=3))
         chans = pipeline.channels(trial, fixed)
@@ -328,14 +330,20 @@ def test_select_scores_each_content_depth_as_an_embedding_of_that_depth(seeded_p
         targets = torch.from_numpy(pipeline.plan(trial, fixed).targets)
         mrr = auto.held_out_mrr([(o_s[queries], o_t[targets])], [[1.0]], targets,
                                 torch.from_numpy(held[1]))[0]
-        key = f"2 layers, structure {'on' if structure else 'off'}, weight 4, 3 layers"
+        key = (f"2 layers, input {input_weight:g}, structure {'on' if structure else 'off'}, "
+               "weight 4, 3 layers")
         assert report["held_out_mrr"][key] == pytest.approx(mrr, abs=1e-4)
     user = auto.select([(trial, held)], replace(
         cfg, explicit=cfg.explicit + ("embed.layers", "structure.enabled")))[1]
     assert "embed_layers" not in user  # a depth the user set is not chosen among
     assert "structure" not in user  # nor the structure channel
-    assert not any(k.startswith(("2 layers", "3 layers")) or "structure" in k
+    assert "input_weight" not in user  # nor, without a depth chosen, the input's weight
+    assert not any(k.startswith(("2 layers", "3 layers", "input")) or "structure" in k
                    for k in user["held_out_mrr"])
+    user = auto.select([(trial, held)], replace(
+        cfg, explicit=cfg.explicit + ("embed.input_weight",)))[1]
+    assert "input_weight" not in user and "embed_layers" in user
+    assert not any("input" in k for k in user["held_out_mrr"])
 
 
 def test_few_held_out_pairs_choose_among_every_other_anchor_weight(seeded_pair, monkeypatch):
@@ -549,15 +557,18 @@ def test_a_chosen_round_follows_only_a_round_that_gained_enough(tmp_path, monkey
     pair = pipeline.load_pair(paths["source"], paths["target"], Config(), gold=paths["gold"])
     g_s, g_t = pair.gold
     seeded = pipeline.Pair(pair.source, pair.target, seeds=(g_s[:300], g_t[:300]))
-    _, _, both = auto.prepare(seeded, Config(), Stopwatch())
+    # the vectors weigh as much as a layer: weighing more, they leave the rounds little to gain
+    plain = {"embed": {"input_weight": 1.0}}
+    _, _, both = auto.prepare(seeded, from_dict(plain), Stopwatch())
     first = both.report["bootstrap"]["tried"][0]
     assert len(both.report["bootstrap"]["tried"]) == 2 and first["gain"] >= auto.MIN_ROUND_GAIN
     monkeypatch.setattr(auto, "MIN_ROUND_GAIN", first["gain"] + 0.001)
-    _, _, one = auto.prepare(seeded, Config(), Stopwatch())
+    _, _, one = auto.prepare(seeded, from_dict(plain), Stopwatch())
     report = one.report["bootstrap"]
     assert report["tried"] == [first] and report["rounds"] == 1
     assert "too little" in report["why"] and one.estimate["hits@1"] == first["held_out_hits@1"]
-    _, _, asked = auto.prepare(seeded, from_dict({"bootstrap": {"rounds": 2}}), Stopwatch())
+    _, _, asked = auto.prepare(seeded, from_dict({**plain, "bootstrap": {"rounds": 2}}),
+                               Stopwatch())
     assert len(asked.report["bootstrap"]["tried"]) == 2  # a user's rounds always start
 
 
