@@ -483,7 +483,7 @@ def select(trials: list[tuple[Pair, Pairs]], cfg: Config,
     content_depths = ((ec.layers, *(d for d in CONTENT_LAYERS if d != ec.layers))
                       if chosen_depth else (ec.layers,))
     first = int(ec.include_input and not ec.basic)
-    chosen_input = chosen_depth and first and not cfg.is_set("embed.input_weight")
+    chosen_input = chosen_depth and bool(first) and not cfg.is_set("embed.input_weight")
     input_weights = ((ec.input_weight, *(w for w in INPUT_WEIGHTS if w != ec.input_weight))
                      if chosen_input else (ec.input_weight,))
     deepest = replace(cfg, embed=replace(ec, layers=max(content_depths)),
