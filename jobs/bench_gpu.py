@@ -13,10 +13,10 @@ refines, there. ``cuda-exact`` also sets an exact search with refinement, as the
 chooses up to ``auto.EXACT_MAX_NODES``, at any size: whether a GPU should search exactly
 above it is that row against the ``cuda`` one. ``ray`` runs the pair on a fresh local Ray
 cluster with one part (``--partitions 1``), whose actor takes the GPU where the cluster has
-one: the distributed code path against the ``cuda`` row's one process. Prints the host's and the GPU's copy
-bandwidth and float32 GEMM rate (:func:`jobs.bench_scale.machine_bounds`), then one Markdown
-table: seconds per stage, Hits@1, one-to-one accuracy, peak RSS and peak GPU memory. Each
-run's metrics are also kept under ``--keep`` when given.
+one: the distributed code path against the ``cuda`` row's one process. Prints the host's
+and the GPU's copy bandwidth and float32 GEMM rate (:func:`jobs.bench_scale.machine_bounds`),
+then one Markdown table: seconds per stage, Hits@1, one-to-one accuracy, peak RSS and peak
+GPU memory. Each run's metrics are also kept under ``--keep`` when given.
 """
 from __future__ import annotations
 

@@ -504,7 +504,8 @@ def select(trials: list[tuple[Pair, Pairs]], cfg: Config,
     totals, count = np.zeros(len(choices)), 0
     for trial, held in trials:
         held, targets = _scored(held, plan(trial, cfg).targets, cfg.seed)
-        parts = _select_parts(trial, cfg, deepest, held, targets, content_depths, max(depths))
+        parts = _select_parts(trial, cfg, deepest, held, targets, bool(first),
+                              content_depths, max(depths))
         totals += held[0].size * np.array(held_out_mrr(parts, mixes, targets,
                                                        torch.from_numpy(held[1])))
         count += held[0].size
@@ -557,18 +558,18 @@ def _scored(held: Pairs, targets: np.ndarray, seed: int) -> tuple[Pairs, torch.T
 
 
 def _select_parts(trial: Pair, cfg: Config, deepest: Config, held: Pairs, targets: torch.Tensor,
-                  content_depths: tuple[int, ...], anchor_depth: int
+                  input_block: bool, content_depths: tuple[int, ...], anchor_depth: int
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The held-out queries' and the searchable ``targets``' rows of every part
-    :func:`select` mixes: the content's input block where kept, its layers up to each
-    content depth, the structure channel's when on, and the anchors' blocks up to each
-    anchor depth."""
+    :func:`select` mixes: the content's input block where it has one (``input_block``), its
+    layers up to each content depth, the structure channel's when on, and the anchors'
+    blocks up to each anchor depth."""
     chans = channels(trial, deepest)
     content, structure, anchor = chans[0], chans[1:-1], chans[-1]
     ops, on = operators(trial, cfg), device(cfg)
     queries = torch.from_numpy(held[0])
     c_s, c_t = embeddings([content], ops, cfg.seed, on)
-    width, first = content.x_s.size(1), int(cfg.embed.include_input and not cfg.embed.basic)
+    width, first = content.x_s.size(1), int(input_block)
     parts = ([_columns(c_s, c_t, queries, targets, 0, width)] if first else []) + [
         _columns(c_s, c_t, queries, targets, first * width, (first + d) * width)
         for d in content_depths]
