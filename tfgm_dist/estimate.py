@@ -40,7 +40,7 @@ def held_out(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]
              ) -> dict[str, Any]:
     """The estimate from the runs of the folds, each scored on its held-out seeds (its
     gold): Hits@1 is the share of held-out sources decoded to their target (what rank 1 of
-    the output is), MRR that of the ranked lists, both over every fold's held-out pairs;
+    the output is), MRR that of the lists as written, both over every fold's held-out pairs;
     rates in ``[0, 1]``, with the standard error of Hits@1 and the number of folds."""
     sizes = np.array([held[0].size for held in helds], dtype=np.float64)
     n = int(sizes.sum())

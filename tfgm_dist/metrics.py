@@ -14,7 +14,7 @@ from .search import Candidates
 
 
 def ranking_metrics(c: Candidates, gold_src: np.ndarray, gold_tgt: np.ndarray,
-                    ks: Sequence[int] = (1, 10)) -> dict:
+                    ks: Sequence[int] = (1, 10), first: torch.Tensor | None = None) -> dict:
     """Hits@k and MRR of the gold targets in the candidate lists, rates in [0, 1].
 
     The rank of gold pair ``(s, t)`` is pessimistic on ties:
@@ -24,16 +24,27 @@ def ranking_metrics(c: Candidates, gold_src: np.ndarray, gold_tgt: np.ndarray,
     The lists hold the top ``K = c.k`` only, so MRR is MRR@K and Hits@k for ``k > K`` equals
     Hits@K.
 
+    ``first``: ``[n]`` each row's decoded target, ranked first whatever its score, the other
+    candidates after it as above: the lists as the output writes them
+    (:func:`tfgm_dist.write.match_table`), so that Hits@1 is the share of gold sources whose
+    written match is right. ``-1``: the decoding left the row without a match, and the
+    output without a list (a miss).
+
     Returns ``{"hits@k": ... for k in ks, "mrr": float, "evaluated": number of gold pairs}``.
     """
     if any(k < 1 for k in ks):
         raise ValueError(f"every k in ks must be >= 1, got {tuple(ks)}")
     src, tgt = _gold(gold_src, gold_tgt, c.index.size(0))
     scores, index = c.scores[src], c.index[src]
+    decoded = None if first is None else first[src]
+    if decoded is not None:
+        index = index.masked_fill(index == decoded[:, None], -1)
     hit = index == tgt[:, None]
     gold_score = scores.masked_fill(~hit, -torch.inf).max(dim=1, keepdim=True).values
     at_least = ((scores >= gold_score) & (index >= 0)).sum(dim=1).double()
     rank = torch.where(hit.any(dim=1), at_least, torch.inf)
+    if decoded is not None:
+        rank = torch.where(decoded == tgt, 1.0, torch.where(decoded >= 0, rank + 1, torch.inf))
     out = {f"hits@{k}": (rank <= k).double().mean().item() for k in ks}
     out["mrr"] = rank.reciprocal().mean().item()
     out["evaluated"] = src.numel()

@@ -580,8 +580,9 @@ def align(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Result:
 
 def evaluate(candidates: Candidates, rows: torch.Tensor, matched: torch.Tensor,
              gold: tuple[np.ndarray, np.ndarray]) -> dict:
-    """Hits@1/10 and MRR of the ranked lists, and accuracy of the decoded matching:
-    ``candidates`` and ``matched`` are those of the source numbers ``rows`` (ascending).
+    """Hits@1/10 and MRR of the lists as written, the decoded match first
+    (:func:`metrics.ranking_metrics`), and accuracy of the decoded matching: ``candidates``
+    and ``matched`` are those of the source numbers ``rows`` (ascending).
 
     Only gold pairs whose source is one of ``rows`` count: seed pairs are known, not
     predicted, and sources outside ``--queries`` were not asked for. ``{"evaluated": 0}``
@@ -593,6 +594,6 @@ def evaluate(candidates: Candidates, rows: torch.Tensor, matched: torch.Tensor,
     if not asked.any():
         return {"evaluated": 0}
     local, gold_t = at[asked], gold[1][asked]
-    out = metrics.ranking_metrics(candidates, local, gold_t)
+    out = metrics.ranking_metrics(candidates, local, gold_t, first=matched)
     out["accuracy"] = metrics.accuracy(matched, local, gold_t)
     return out
