@@ -1023,10 +1023,9 @@ def _decoded(trials: list[tuple[Pair, Pairs]], cfg: Config
     helds = [held for _, held in trials]
     hits = {name: estimate.held_out(results, helds)["hits@1"]
             for name, results in decoded.items()}
-    chosen = _decoding_of({name: np.concatenate([
-        estimate.correct(r, held)[np.isin(r.rows.numpy(), held[0])]
-        for r, held in zip(results, helds)]) for name, results in decoded.items()},
-        plain=(next(iter(options)), "argmax"))
+    chosen = _decoding_of({name: estimate.held_out_right(results, helds)
+                           for name, results in decoded.items()},
+                          plain=(next(iter(options)), "argmax"))
     log.info("auto: decoding %s (held-out Hits@1 %s)", chosen,
              ", ".join(f"{v:.3f} {k}" for k, v in hits.items()))
     return options[chosen], decoded[chosen], {"held_out_hits@1": hits, "chosen": chosen}

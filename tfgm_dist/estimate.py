@@ -52,12 +52,23 @@ def held_out(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]
 
 def fitted(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]) -> Calibration:
     """The confidence fitted on the held-out rows of every fold's run (:func:`calibrate`)."""
-    margin, label = [], []
-    for result, held in zip(results, helds):
-        rows = np.isin(result.rows.numpy(), held[0])
-        margin.append(margins(result)[torch.from_numpy(rows)])
-        label.append(correct(result, held)[rows])
-    return calibrate(torch.cat(margin), np.concatenate(label), "held-out seeds")
+    margin = torch.cat([margins(result)[torch.from_numpy(_held_rows(result, held))]
+                        for result, held in zip(results, helds)])
+    return calibrate(margin, held_out_right(results, helds), "held-out seeds")
+
+
+def held_out_right(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]
+                   ) -> np.ndarray:
+    """Whether each fold's run decodes each of its held-out sources to its target, fold by
+    fold in row order: the labels of the confidence's fit, and what the decodings are
+    compared on (:func:`tfgm_dist.auto._decoding_of`)."""
+    return np.concatenate([correct(result, held)[_held_rows(result, held)]
+                           for result, held in zip(results, helds)])
+
+
+def _held_rows(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``[n]`` whether each row of ``result`` is a held-out source."""
+    return np.isin(result.rows.numpy(), held[0])
 
 
 def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
