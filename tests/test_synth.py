@@ -58,3 +58,19 @@ def test_ids_are_permuted_and_features_are_noisy_copies(pair):
     x, y = s.features[gold_s], t.features[gold_t]
     noise = (y - x).std().item()
     assert noise == pytest.approx(0.5, rel=0.02)
+
+
+def test_feature_dim_zero_writes_a_structure_only_pair(tmp_path):
+    paths = write_pair(tmp_path, 500, seed=1, feature_dim=0)
+    assert pq.read_table(paths["source"] / "nodes.parquet").column_names == ["id"]
+    s = load_graph(paths["source"])
+    assert s.num_nodes == 500 and s.features is None
+
+
+@pytest.mark.parametrize("option", [{"feature_dim": -1}, {"edge_noise": 1.5},
+                                    {"mean_degree": 0}])
+def test_bad_synthetic_options_are_refused_before_anything_is_written(tmp_path, option):
+    from tfgm_dist.errors import InputError
+    with pytest.raises(InputError, match="synthetic pair"):
+        write_pair(tmp_path / "out", 100, **option)
+    assert not (tmp_path / "out").exists()

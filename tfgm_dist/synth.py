@@ -3,8 +3,8 @@
 Used by ``tfgm-dist demo`` (no external data) and by the scale benchmarks. The source is a
 Chung–Lu graph with Pareto-distributed expected degrees; the target drops a fraction of the
 source's edges, adds as many random ones, renames every node through a seeded permutation
-and adds Gaussian noise to the node features. Written in the Parquet input layout, so the
-same input can be reused.
+and adds Gaussian noise to the node features (``feature_dim = 0``: no features, a
+structure-only pair). Written in the Parquet input layout, so the same input can be reused.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .errors import InputError
 
 
 def chung_lu(n: int, mean_degree: float, rng: np.random.Generator,
@@ -36,6 +38,11 @@ def synthetic_pair(n: int = 20000, *, mean_degree: float = 10.0, edge_noise: flo
     Ids are strings (``s…`` in the source, ``t…`` in the target); the target's numbering
     is a seeded permutation of the source's, so the gold pairs are not the identity.
     """
+    if n < 2 or mean_degree <= 0 or feature_dim < 0 or not 0 <= edge_noise <= 1 \
+            or feature_noise < 0:
+        raise InputError(f"synthetic pair: nodes >= 2, mean degree > 0, feature dim >= 0, "
+                         f"edge noise in [0, 1] and feature noise >= 0 (got {n}, {mean_degree}, "
+                         f"{feature_dim}, {edge_noise}, {feature_noise})")
     rng = np.random.default_rng(seed)
     edges = chung_lu(n, mean_degree, rng)
     m = edges.shape[1]
@@ -50,9 +57,12 @@ def synthetic_pair(n: int = 20000, *, mean_degree: float = 10.0, edge_noise: flo
     t_ids = np.char.add("t", np.arange(n).astype(str))
 
     def graph(ids: np.ndarray, e: np.ndarray, feats: np.ndarray) -> dict:
+        nodes = {"id": pa.array(ids)}
+        if feature_dim:
+            nodes["features"] = pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()),
+                                                                  feature_dim)
         return {"edges": pa.table({"src": pa.array(ids[e[0]]), "dst": pa.array(ids[e[1]])}),
-                "nodes": pa.table({"id": pa.array(ids), "features": pa.FixedSizeListArray
-                                   .from_arrays(pa.array(feats.ravel()), feature_dim)})}
+                "nodes": pa.table(nodes)}
 
     gold = pa.table({"source_id": pa.array(s_ids), "target_id": pa.array(t_ids[perm])})
     return graph(s_ids, edges, x), graph(t_ids, t_edges, x_t), gold
