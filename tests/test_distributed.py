@@ -269,6 +269,27 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
                                                           *(["seeds"] if seeded else [])}
 
 
+def test_without_gold_the_part_actors_decide_and_the_run_commits(cluster, tmp_path):
+    """No ``--gold``: the parts' decided pieces are kept before the checkpoint says they
+    are (the run once marked it before any part had made its folder, and failed)."""
+    data = write_pair(tmp_path / "data", 1500, seed=3)
+    base = with_overrides(from_toml("""
+        [embed]
+        layers = 2
+        [refine]
+        enabled = false
+        [assign]
+        method = "one-to-one"
+        one_to_one = "sparse"
+    """))
+    paths = dict(source=data["source"], target=data["target"])
+    run_job(job(base, tmp_path / "single", 0, **paths))
+    metrics = run_job(job(base, tmp_path / "p3", 3, **paths))
+    assert "accuracy" not in metrics and "assign" in metrics["seconds"]
+    assert_equal_matches(rows(tmp_path / "single")[0], rows(tmp_path / "p3")[0])
+    assert not list(tmp_path.glob(".p3.resume-*"))  # the checkpoint is gone once committed
+
+
 def named(data: dict[str, Path], rng: np.random.Generator) -> None:
     """The pair's nodes named instead of described by vectors: the source's by random
     words, each target by its counterpart's name with a letter dropped from every third."""

@@ -530,7 +530,10 @@ class Run:
         gold, prepared = ray.put(pair.gold), ray.put(self.prepared)  # one copy for every part
         out = [w[q].conclude.options(num_returns=2).remote(q, gold, prepared, resume, fit)
                for q in range(P)]
-        found = metrics.combined(ray.get([o[1] for o in out])) if pair.gold is not None else {}
+        # every part has kept its piece before the checkpoint is marked complete (without
+        # gold nothing else waits for them: the mark was written before the folder existed)
+        evaluated = ray.get([o[1] for o in out])
+        found = metrics.combined(evaluated) if pair.gold is not None else {}
         if pair.gold is not None and not found["evaluated"]:
             raise InputError(NO_GOLD_ASKED)
         if self_fitted:
