@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..embed import RowBlock, graph_operator, row_block, weighted_degrees
+from ..embed import RowBlock, graph_operator, row_block, sparse_on_purpose, weighted_degrees
 from ..partition import Partition
 
 
@@ -47,6 +47,24 @@ class GraphPart:
         if not np.array_equal(block.halo.numpy(), self.halo):
             raise RuntimeError("a part's operator rows read another halo than was planned")
         return block
+
+    def stacked(self, block: RowBlock) -> RowBlock:
+        """``block`` (:meth:`block`) with its columns renumbered to the rows a layer
+        receives, ``[own rows; each needed part's slice]`` (its ``halo`` then the node
+        numbers of those rows), so that a layer multiplies them as they arrive. Each row's
+        entries keep their order, so every sum is the same, bit for bit. Without the gather
+        of the halo rows (``rows[gather]``) a 1M-node pair's layer at P = 2 took 0.37 s
+        for a part, against 1.30 s (the gather and its new array's page faults)."""
+        stack = np.empty(max(self.nodes.size, int(self.gather.max(initial=-1)) + 1),
+                         dtype=np.int64)
+        stack[:self.nodes.size] = self.nodes
+        stack[self.gather] = self.halo
+        gather = torch.from_numpy(self.gather)
+        adj = block.adj
+        with sparse_on_purpose():
+            renumbered = torch.sparse_csr_tensor(adj.crow_indices(), gather[adj.col_indices()],
+                                                 adj.values(), (adj.size(0), stack.size))
+        return RowBlock(block.nodes, torch.from_numpy(stack), renumbered)
 
 
 def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
