@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.search import (Candidates, both_ways, build_index, candidates_from_coo, exact_best,
-                              pq_codes, probe, probe_rows, search, top_k, trained_index,
-                              training_rows, tune_nprobe)
+from tfgm_dist.search import (Candidates, both_ways, build_index, candidates_from_coo,
+                              distinct_rows, exact_best, pq_codes, probe, probe_rows, search,
+                              top_k, trained_index, training_rows, tune_nprobe)
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU; torch sees none on this host")
@@ -39,6 +39,37 @@ def test_search_streams_blocks_without_changing_the_result():
     one = search(index, x_s, 5)
     blocked = search(index, x_s, 5, block=7)
     assert torch.equal(one.index, blocked.index) and torch.equal(one.scores, blocked.scores)
+
+
+def test_distinct_rows_finds_the_rows_equal_in_every_part_bit_for_bit():
+    a = np.array([[1.0, 2.0], [0.0, 1.0], [1.0, 2.0], [-0.0, 1.0], [1.0, 2.0]], np.float32)
+    b = np.array([[7], [8], [7], [8], [9]])
+    first, inverse = distinct_rows(a, b, block=2)  # hashed two rows at a time
+    assert np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
+    assert inverse[0] == inverse[2] and len(set(inverse.tolist())) == 4  # -0.0 is not 0.0
+
+
+def test_equal_queries_are_searched_once_and_get_equal_lists(monkeypatch):
+    """Featureless nodes often have equal vectors: each distinct query is searched once
+    (FAISS sees 30 of 90 rows) and the lists are those of the queries searched one by one."""
+    x_t = random_points(200, 8, 4)
+    x_s = np.repeat(random_points(30, 8, 5), 3, axis=0)
+    index = build_index(x_t, "flat")
+    seen = []
+    real = type(index).search
+
+    def counted(self, x, *args, **kwargs):
+        seen.append(len(x))
+        return real(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(type(index), "search", counted)
+    got = search(index, x_s, 5)
+    assert seen[0] == 30 and sum(seen) <= 60
+    monkeypatch.undo()
+    for i in range(0, 90, 7):
+        alone = search(index, x_s[i:i + 1], 5)
+        assert torch.equal(got.index[i:i + 1], alone.index)
+        assert torch.equal(got.scores[i:i + 1], alone.scores)
 
 
 def test_a_sharded_flat_index_merged_equals_one_index_bit_for_bit():
