@@ -305,7 +305,7 @@ def distinct_rows(*parts: np.ndarray, block: int = 1 << 16) -> tuple[np.ndarray,
     ``np.unique(..., axis=0)`` took 3.0 s."""
     n = parts[0].shape[0]
     bits = [np.ascontiguousarray(p).view(np.uint32 if p.dtype.itemsize == 4 else np.uint64)
-            .reshape(n, -1) for p in parts]
+            for p in parts]
     mix = np.random.default_rng(0)
     weights = [mix.integers(1, 2**63, b.shape[1], dtype=np.uint64) for b in bits]
     digest = np.zeros(n, dtype=np.uint64)
