@@ -47,6 +47,8 @@ def test_distinct_rows_finds_the_rows_equal_in_every_part_bit_for_bit():
     first, inverse = distinct_rows(a, b, block=2)  # hashed two rows at a time
     assert np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
     assert inverse[0] == inverse[2] and len(set(inverse.tolist())) == 4  # -0.0 is not 0.0
+    first, inverse = distinct_rows(a[:0], b[:0])  # an empty part's rows
+    assert first.size == inverse.size == 0
 
 
 def test_equal_queries_are_searched_once_and_get_equal_lists(monkeypatch):
