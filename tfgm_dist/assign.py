@@ -209,7 +209,8 @@ def sparse_one_to_one(c: Candidates, num_targets: int, eps: float = AUCTION_EPS
 
     The rounds are :func:`auction`'s over one :class:`Bidders` and one :class:`Sellers`
     (:func:`auctioned`); on Ray each part holds one of each (:mod:`tfgm_dist.distributed`),
-    with the same result.
+    with the same result unless sources sharing a list fall in several parts
+    (:func:`tfgm_dist.distributed.one_to_one` says when).
     """
     _check_targets(c, num_targets)
     if not eps > 0:

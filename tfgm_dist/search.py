@@ -354,9 +354,15 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
         raise ValueError(f"k must be >= 1, got {k}")
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     first, inverse = distinct_rows(queries)
-    if first.size < queries.shape[0]:
-        found = search(index, queries[first], k, ids=ids, block=block, first_width=first_width)
-        return Candidates(found.scores[inverse], found.index[inverse])
+    if first.size == queries.shape[0]:
+        return _search_distinct(index, queries, k, ids, block, first_width)
+    found = _search_distinct(index, queries[first], k, ids, block, first_width)
+    return Candidates(found.scores[inverse], found.index[inverse])
+
+
+def _search_distinct(index: faiss.Index, queries: np.ndarray, k: int, ids: np.ndarray | None,
+                     block: int, first_width: int) -> Candidates:
+    """:func:`search` of distinct ``queries`` (float32, contiguous)."""
     n = queries.shape[0]
     ids = np.arange(index.ntotal, dtype=np.int64) if ids is None else ids
     scores = torch.full((n, k), -torch.inf)
