@@ -261,6 +261,24 @@ def test_parquet_without_nodes_streams_row_groups(tmp_path):
     assert g.stats["duplicate_edges"] == 1 and g.source == str(directory)
 
 
+def test_one_parquet_file_of_edges_is_the_layout_without_nodes(tmp_path):
+    directory = parquet_dir(tmp_path, {"follower": [3, 1, 2, 3], "followee": [1, 2, 3, 1],
+                                       "w": [0.5, 1.0, 2.0, 4.0]})
+    file = tmp_path / "edges.parquet"
+    (directory / "edges.parquet").rename(file)
+    (directory / "edges.parquet").mkdir()  # the layout again, its edges as one part file
+    pq.write_table(pq.read_table(file), directory / "edges.parquet" / "part-00000.parquet")
+    columns = "src=follower,dst=followee,weight=w"
+    g = load_graph(file, columns=columns)
+    assert edges(g) == edges(load_graph(directory, columns=columns)) == [(3, 1), (1, 2), (2, 3)]
+    assert g.edge_weight.tolist() == [0.5, 1.0, 2.0] and g.stats["duplicate_edges"] == 1
+    with raises(str(file), "follower"):  # without the mapping: the columns it lacks
+        load_graph(file)
+    (tmp_path / "g.txt").write_text("1 2\n")
+    with raises(str(tmp_path / "g.txt"), "one .parquet file of edges"):
+        load_graph(tmp_path / "g.txt", "parquet")
+
+
 def test_parquet_with_nodes_names_and_features(tmp_path):
     directory = parquet_dir(
         tmp_path, {"src": pa.array([30, 10], pa.int32()), "dst": pa.array([10, 20], pa.int32())},
