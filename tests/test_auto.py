@@ -546,7 +546,9 @@ def test_chosen_rounds_do_not_start_where_the_held_out_run_misses_almost_nothing
     assert prepared.estimate["hits@1"] * prepared.estimate["held_out"] > (
         prepared.estimate["held_out"] - auto.MIN_MISSED)
     report = prepared.report["bootstrap"]
-    assert report["rounds"] == 0 and "missed" in report["why"] and final.hints is None
+    assert report["rounds"] == 0 and "missed" in report["why"]
+    # no round shows a gain, but a last pass knowing every seed still gives the hints
+    assert report["whole"]["hints"] >= final.hints[0].size > 0
     _, _, asked = auto.prepare(seeded, from_dict({"bootstrap": {"rounds": 1}}), Stopwatch())
     assert len(asked.report["bootstrap"]["tried"]) == 1  # a user's rounds always start
 
