@@ -4,6 +4,7 @@
     python -m jobs.bench_engine --only yeast --runs 10
     python -m jobs.bench_engine --only dbp15k --pairs zh_en --encoder
     python -m jobs.bench_engine --only raw           # DBP15k's files as shipped
+    python -m jobs.bench_engine --only openea        # DBP15k in OpenEA's files, every target
     python -m jobs.bench_engine --only named --nodes 100000   # a synthetic named pair
 
 Prints Markdown tables (accuracy against the paper, seconds per stage, peak memory). Every
@@ -21,7 +22,9 @@ The yeast table and the end-to-end tables run with no config file, as a new user
 job chooses its settings (:mod:`tfgm_dist.auto`). The end-to-end tables run the real
 ``tfgm-dist align`` command (new process: interpreter start, imports, load, all stages,
 Parquet write) on inputs prepared once in the Parquet layout, with and without seeds; the
-``raw`` tables on DBP15k's own files, whose only names are the URIs' local names. The
+``raw`` tables on DBP15k's own files, whose only names are the URIs' local names; the
+``openea`` tables on the same entities in OpenEA's layout (triples of URIs, links of URIs,
+each test source ranked against every target: no ``--queries``/``--candidates``). The
 ``--only dbp15k`` table is the ablation over refinement and decodings, with the settings of
 ``jobs/configs/dbp15k.toml``. ``named`` is a knowledge graph's size and kind beyond DBP15k's
 (:func:`named_pair`, 100,000 entities a side as DWY100k has), end to end with 30 % seeds.
@@ -220,6 +223,36 @@ def prepare_raw(pair_name: str, folder: Path) -> dict[str, Path]:
     return paths
 
 
+def prepare_openea(pair_name: str, folder: Path) -> dict[str, Path]:
+    """DBP15k in OpenEA's layout: ``rel_triples_1``, ``rel_triples_2`` of ``head relation
+    tail`` URIs, the protocol's 4,500 seed pairs as ``train_links`` and the other 10,500 as
+    ``test_links`` (URI pairs); no restriction of the sources written or targets searched."""
+    pair = DATA / "dbp15k" / pair_name
+    uri = dict(line.split("\t") for k in (1, 2)
+               for line in (pair / f"ent_ids_{k}").read_text(encoding="utf-8").splitlines())
+    folder.mkdir(parents=True)
+    paths = {}
+    for k, name in ((1, "source"), (2, "target")):
+        triples = (line.split("\t") for line in
+                   (pair / f"triples_{k}").read_text(encoding="utf-8").splitlines())
+        paths[name] = folder / f"rel_triples_{k}"
+        paths[name].write_text("".join(f"{uri[h]}\thttp://example.org/relation/{r}\t{uri[t]}\n"
+                                       for h, r, t in triples), encoding="utf-8")
+    links = [line.split("\t") for line in (pair / "ref_ent_ids").read_text().splitlines()]
+    for name, file, rows in (("seeds", "train_links", links[:4500]),
+                             ("gold", "test_links", links[4500:])):
+        paths[name] = folder / file
+        paths[name].write_text("".join(f"{uri[s]}\t{uri[t]}\n" for s, t in rows),
+                               encoding="utf-8")
+    return paths
+
+
+LAYOUTS = {"translated": (prepare_dbp, ""), "raw": (prepare_raw, ", the files as shipped: "
+                                                   "names from the URIs"),
+           "openea": (prepare_openea, ", in OpenEA's files: names from the URIs, ranked "
+                                      "against every target")}
+
+
 def fmt_reliability(m: dict) -> str:
     """``share correct (rows)`` at each confidence level of ``metrics.json``'s reliability."""
     levels = m.get("reliability", {})
@@ -255,20 +288,21 @@ def bench_dbp(pairs: list[str], encoder: bool) -> None:
                           f"{d['decode_s']:.1f} | {r['peak'] / 2**30:.2f} GiB |", flush=True)
 
 
-def bench_dbp_end_to_end(pairs: list[str], seeds: bool, raw: bool = False) -> None:
+def bench_dbp_end_to_end(pairs: list[str], seeds: bool, layout: str = "translated") -> None:
+    prepare, title = LAYOUTS[layout]
     print(f"\n### DBP15k end to end (`tfgm-dist align`, new process, no config file, "
-          f"{'with' if seeds else 'without'} seeds"
-          f"{', the files as shipped: names from the URIs' if raw else ''})\n")
+          f"{'with' if seeds else 'without'} seeds{title})\n")
     print("| pair | wall s | Hits@1 | Hits@10 | MRR | 1:1 acc. | estimated H@1 (held out) "
           "| content | seconds per stage | peak RSS | share correct (rows) at confidence "
           ">= 0.5 / 0.8 / 0.9 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for pair_name in pairs:
         with tempfile.TemporaryDirectory() as tmp:
-            p = (prepare_raw if raw else prepare_dbp)(pair_name, Path(tmp) / "in")
+            p = prepare(pair_name, Path(tmp) / "in")
             args = [str(p["source"]), str(p["target"]), "--out", f"{tmp}/out",
-                    "--gold", str(p["gold"]), "--candidates", str(p["candidates"]),
-                    "--queries", str(p["queries"])]
+                    "--gold", str(p["gold"])] + [
+                arg for key in ("candidates", "queries") if key in p
+                for arg in (f"--{key}", str(p[key]))]
             wall, m = run_cli(args + (["--seeds", str(p["seeds"])] if seeds else []))
         est = m.get("estimate", {})
         guess = (f"{100 * est['hits@1']:.1f} ({est['held_out']})" if "held_out" in est
@@ -372,7 +406,8 @@ def bench_yeast(runs: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("yeast", "dbp15k", "end-to-end", "raw", "named"))
+    p.add_argument("--only", choices=("yeast", "dbp15k", "end-to-end", "raw", "openea",
+                                       "named"))
     p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--encoder", action="store_true", help="add MiniLM sentence vectors")
@@ -391,9 +426,10 @@ def main() -> None:
     if args.only in (None, "end-to-end"):
         bench_dbp_end_to_end(pairs, seeds=True)
         bench_dbp_end_to_end(pairs, seeds=False)
-    if args.only in (None, "raw"):
-        bench_dbp_end_to_end(pairs, seeds=True, raw=True)
-        bench_dbp_end_to_end(pairs, seeds=False, raw=True)
+    for layout in ("raw", "openea"):
+        if args.only in (None, layout):
+            bench_dbp_end_to_end(pairs, seeds=True, layout=layout)
+            bench_dbp_end_to_end(pairs, seeds=False, layout=layout)
     if args.only == "named":  # not in "everything": about 10 minutes
         bench_named(args.nodes)
 
