@@ -271,11 +271,13 @@ def test_one_parquet_file_of_edges_is_the_layout_without_nodes(tmp_path):
     columns = "src=follower,dst=followee,weight=w"
     g = load_graph(file, columns=columns)
     assert edges(g) == edges(load_graph(directory, columns=columns)) == [(3, 1), (1, 2), (2, 3)]
+    # a folder of part files named so, as Spark writes one
+    assert edges(load_graph(directory / "edges.parquet", columns=columns)) == edges(g)
     assert g.edge_weight.tolist() == [0.5, 1.0, 2.0] and g.stats["duplicate_edges"] == 1
     with raises(str(file), "follower"):  # without the mapping: the columns it lacks
         load_graph(file)
     (tmp_path / "g.txt").write_text("1 2\n")
-    with raises(str(tmp_path / "g.txt"), "one .parquet file of edges"):
+    with raises(str(tmp_path / "g.txt"), "or a .parquet file of edges"):
         load_graph(tmp_path / "g.txt", "parquet")
 
 

@@ -761,7 +761,7 @@ def _whole_pays(trial: Pair, guess: Result, fit: estimate.Calibration,
     they cannot show a gain, but the pass makes one. DBP15k fr-en in OpenEA's files
     (``rel_triples_1``, seeds ``train_links``, ranked against every target; the held-out run
     missed 4 of 450): one-to-one 98.34 -> 98.89; a yeast copy with 17 counts a node 97.87 ->
-    98.29; five other such pairs (attributed copies) as before, 0.1-2.8 s later."""
+    98.29; four other such pairs (attributed copies) as before, 0.1-2.8 s later."""
     if rounds["tried"] and not rounds["rounds"]:
         return False
     sure = confident_matches(guess, fit)

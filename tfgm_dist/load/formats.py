@@ -125,19 +125,20 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
     listed there; without it nodes are numbered in order of first appearance. Edges are read
     a batch at a time (:func:`streamed_batches`), so that large files stream. Either may be
     a folder of part files, as Spark and Hive write them, or a Delta table
-    (:func:`parquet_dataset`); ``path`` itself may be a Delta table of edges, or one
-    ``.parquet`` file of them. ``names`` maps the layout's column names to the user's
+    (:func:`parquet_dataset`); ``path`` itself may be a Delta table of edges, or a
+    ``.parquet`` file or folder of part files of them. ``names`` maps the layout's column
+    names to the user's
     (:func:`~tfgm_dist.config.column_names`). ``deferred``: the nodes' names and vectors are
     left in the file (:attr:`Graph.content`), their types checked, for the parts of a run
     to read.
     """
-    edges_only = path.is_file() and path.suffix.lower() == ".parquet"
+    edges_only = path.suffix.lower() == ".parquet" and not (path / "edges.parquet").exists()
     if not path.is_dir() and not edges_only:
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet, "
-                         "or one .parquet file of edges")
+                         "or a .parquet file of edges")
     nodes_path = path / "nodes.parquet"
     nodes = (read_nodes(nodes_path, names, ["id"] if deferred else None)
-             if nodes_path.exists() else None)
+             if not edges_only and nodes_path.exists() else None)
     # the file itself, or a Delta table of edges
     edges_path = path if edges_only or is_delta(path) else path / "edges.parquet"
     edges = parquet_dataset(edges_path)
