@@ -127,10 +127,9 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
     a folder of part files, as Spark and Hive write them, or a Delta table
     (:func:`parquet_dataset`); ``path`` itself may be a Delta table of edges, or a
     ``.parquet`` file or folder of part files of them. ``names`` maps the layout's column
-    names to the user's
-    (:func:`~tfgm_dist.config.column_names`). ``deferred``: the nodes' names and vectors are
-    left in the file (:attr:`Graph.content`), their types checked, for the parts of a run
-    to read.
+    names to the user's (:func:`~tfgm_dist.config.column_names`). ``deferred``: the nodes'
+    names and vectors are left in the file (:attr:`Graph.content`), their types checked,
+    for the parts of a run to read.
     """
     edges_only = path.suffix.lower() == ".parquet" and not (path / "edges.parquet").exists()
     if not path.is_dir() and not edges_only:
