@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tfgm_dist import auto, cli, estimate, features, metrics, pipeline
+from tfgm_dist import auto, cli, estimate, features, metrics, pipeline, search
 from tfgm_dist.config import Config, from_dict
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
@@ -418,6 +418,33 @@ def test_confidence_is_in_0_1_monotone_in_the_margin_and_calibrated(seeded_pair)
     high = (conf >= 0.8).numpy()
     if high.any():
         assert right[high].mean() >= 0.75
+
+
+def _decoded_pass(margin: list[float], mutual: list[bool]) -> pipeline.Result:
+    """A pass decoding row i to target i at score 1, its runner-up i + 1 at 1 - margin."""
+    n = len(margin)
+    scores = torch.tensor([[1.0, 1.0 - m] for m in margin])
+    index = torch.tensor([[i, (i + 1) % n] for i in range(n)])
+    return pipeline.Result(torch.arange(n), search.Candidates(scores, index), torch.arange(n),
+                           torch.ones(n), mutual=torch.tensor(mutual))
+
+
+def test_a_hint_keeps_the_confidence_of_the_pass_that_found_it_over_rounds():
+    """Without seeds a hint is mutual in every later pass because it is an anchor: its
+    confidence is the one the pass that found it untold gave it, carried through every
+    round, not the fit of an inflated pass (rounds 2 and 3: all mutual, clear margins)."""
+    first = estimate.self_calibrated(_decoded_pass(
+        [0.9, 0.8, 0.1, 0.05, 0.6, 0.5, 0.4, 0.3], [True] * 4 + [False] * 4))
+    inflated = [0.9] * 4 + [0.6, 0.5, 0.4, 0.3]
+    second = estimate.self_calibrated(_decoded_pass(inflated, [True] * 8), first)
+    third = estimate.self_calibrated(_decoded_pass(inflated, [True] * 8), second)
+    told = slice(0, 4)  # the first pass's mutual matches, hints of every later round
+    assert torch.equal(third.confidence[told], first.confidence[told])
+    assert float(third.confidence[2]) < float(estimate.on_mutual(
+        estimate.margins(third), third.mutual.numpy())(estimate.margins(third))[2])
+    # rows 4-7 became mutual in round 2 and were fitted there, on its untold rows only
+    assert torch.equal(third.confidence[4:], second.confidence[4:])
+    assert bool((second.confidence[4:] < 1).all())
 
 
 def test_calibration_fits_a_monotone_step_and_keeps_nan():

@@ -633,7 +633,8 @@ class Prepared:
     """What the run learnt before its final pass: the report of its choices, and with seeds
     the held-out estimate and the calibration of the confidence (``None`` without seeds:
     then the final pass calibrates on itself, :func:`estimate.self_calibrated`); without
-    seeds but bootstrapped, the first pass, whose own calibration covers the hinted rows."""
+    seeds but bootstrapped, the pass whose matches are the hints, whose confidence the hinted
+    rows keep (:func:`estimate.self_calibrated`)."""
 
     report: dict[str, Any]
     estimate: dict[str, Any] | None = None
@@ -828,7 +829,8 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
             whole = pipeline.with_inputs(replace(pair.with_content(), queries=None,
                                                  candidates=None), cfg)
         with watch.stage("bootstrap"):  # the hints are mutual best matches: no polish
-            last = pipeline.align(whole, _apply(cfg, {"assign.polish": False}), Stopwatch())
+            last = estimate.self_calibrated(
+                pipeline.align(whole, _apply(cfg, {"assign.polish": False}), Stopwatch()))
             hints, grown = None, {}
             if cfg.bootstrap.grow_from:
                 grown_cfg, grown_last, hints, grown = _grown(whole, cfg, last)
@@ -1101,8 +1103,8 @@ def _confident_rounds(pair: Pair, cfg: Config, first: Result
             break
         log.info("auto: bootstrapping round %d of at most %d, %d hints", done,
                  base.bootstrap.rounds, report["hints"])
-        passed = pipeline.align(replace(pair, hints=hints), _apply(cfg, {"assign.polish": False}),
-                                Stopwatch())
+        passed = estimate.self_calibrated(pipeline.align(
+            replace(pair, hints=hints), _apply(cfg, {"assign.polish": False}), Stopwatch()), last)
         kept.append(_edges_kept(pair, passed))
         if kept[-1] <= kept[-2]:
             break
@@ -1145,7 +1147,8 @@ def _grown(pair: Pair, cfg: Config, first: Result
             break
         log.info("auto: bootstrapping round %d of at most %d, %d hints", done + 1,
                  cfg.bootstrap.rounds, take)
-        last = pipeline.align(replace(pair, hints=hints), plain, Stopwatch())
+        last = estimate.self_calibrated(pipeline.align(replace(pair, hints=hints), plain,
+                                                       Stopwatch()), last)
         if done == 0:
             kept = [_edges_kept(pair, r) for r in (first, last)]
             report["grown_edges_kept"] = kept  # by the first pass, and by round 1's

@@ -151,22 +151,25 @@ def self_calibrated(result: Result, first: Result | None = None) -> Result:
     """``result`` with a confidence fitted on its own mutual best matches (:func:`on_mutual`)
     and the proxy in its metrics: what a run without held-out seeds can say.
 
-    After bootstrapping (``first``: the pass whose mutual best matches became the hints), a
-    hinted row is its target's best source because it was made an anchor, so its mutuality
-    says nothing: the fit leaves those rows out, and a row still decoded to its hint gets
-    the confidence the first pass's own fit gives it (rows are the same in both passes).
+    After bootstrapping (``first``: the pass whose mutual best matches became the hints,
+    itself self-calibrated), a hinted row is its target's best source because it was made an
+    anchor, so its mutuality says nothing: the fit leaves those rows out, and a row still
+    decoded to its hint keeps the confidence ``first`` gave it (rows are the same in both
+    passes). Carried from pass to pass, a hint's confidence is the one it had when a pass
+    first found it without being told it. Refitted on each pass instead, on the yeast copy
+    with 2 of 64 words (grown hints, 6 rounds) 293 of the 308 rows at >= 0.9 were hinted
+    rows, 80.5 % right: each pass's mutuality was inflated by the hints of the pass before.
     """
     if result.mutual is None:
         return result
     margin, mutual = margins(result), result.mutual.numpy()
     hinted = np.zeros_like(mutual)
-    if first is not None and first.mutual is not None:
+    if first is not None and first.mutual is not None and first.confidence is not None:
         hinted = first.mutual.numpy() & (first.matched.numpy() == result.matched.numpy())
     fit = on_mutual(margin[~torch.from_numpy(hinted)], mutual[~hinted])
     result.metrics["estimate"] = {**proxy(mutual, margin), "confidence_fitted_on": fit.fitted_on}
     confidence = fit(margin)
     if hinted.any():
-        before = margins(first)
-        confidence[hinted] = on_mutual(before, first.mutual.numpy())(before)[hinted]
+        confidence[hinted] = first.confidence[hinted]
     result.confidence = confidence
     return result
