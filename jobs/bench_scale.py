@@ -47,11 +47,13 @@ from tfgm_dist.search import REFINE_FACTOR, TRAIN_PER_LIST, ieee_float32, pq_cod
 CONFIG = CONFIGS / "synthetic.toml"
 KMEANS_ITERATIONS = 10  # FAISS's default for the coarse quantiser
 
-# The GPU projection: one NVIDIA A100 80 GB SXM by its datasheet (FP32 without tensor cores,
-# HBM2e bandwidth, memory), and the share of those peaks assumed reachable by FAISS's GPU IVF
-# scan and by cuSPARSE's SpMM.
-A100 = {"flops": 19.5e12, "bandwidth": 2.039e12, "memory": 80e9}
-GPU_EFFICIENCY = 0.25
+# The GPU projection, from what one NVIDIA H100 80GB HBM3 did (BENCHMARKS.md, "On a GPU
+# again", the twenty-second stop, `jobs.bench_gpu`): the 1M synthetic pair's embedding in one
+# process took 6.3 s on it (both graphs, every layer, the copies to the GPU included), and its
+# exact two-way search 52.1 s for 2 x 10^12 x 384 multiply-adds, 14.7 TFLOP/s: 0.30 of the
+# float32 GEMM rate measured there (49.7 TFLOP/s). The IVF search of a GPU cluster is assumed
+# to scan at that rate: faiss-gpu has not run on one.
+H100 = {"embed_s_per_node": 6.3e-6, "search_flops": 14.7e12, "memory": 80e9}
 DRIVER_STAGES = ("load", "features", "partition", "write")  # the driver's, on its host's CPUs
 PART_STAGES = ("refine", "assign")  # on the part actors' CPUs, each over its own rows
 
@@ -237,36 +239,35 @@ def _print(rows: list, partitions: int) -> None:
 
 
 def _projection(n0: int, m: dict, c: dict, partitions: int) -> None:
-    """What the same job costs at 10M, 100M and 1B nodes on 8, 64 and 512 A100 GPUs, one part
+    """What the same job costs at 10M, 100M and 1B nodes on 8, 64 and 512 H100 GPUs, one part
     actor each, from this run's largest size and its per-part costs: the driver's stages
     (:data:`DRIVER_STAGES`) scale linearly from their measured seconds, on one host; the part
     actors' CPU stages (:data:`PART_STAGES`) from their measured seconds times the measured
-    ``partitions``, as ``n / GPUs`` rows each; embed and search from the work they do (bytes
-    gathered; multiply-adds of a GPU IVF search with the measured probed fraction of lists,
-    nlist = sqrt(n)), divided over the GPUs."""
+    ``partitions``, as ``n / GPUs`` rows each; embed and search from what one H100 did
+    (:data:`H100`): the embedding's seconds per node, and the multiply-adds of an IVF search
+    with this run's probed fraction of the lists (nlist = sqrt(n)) at the rate its exact
+    search reached, divided over the GPUs."""
     f, d = c["nprobe"] / c["nlist"], c["dim"]
     driver = sum(m["seconds"].get(s, 0.0) for s in DRIVER_STAGES) / n0
     parts = sum(m["seconds"].get(s, 0.0) for s in PART_STAGES) * partitions / n0
-    print(f"\nProjection for A100 GPUs ({GPU_EFFICIENCY:.0%} of peak), from the {n0:,} run at "
-          f"P = {partitions}: driver stages {driver * 1e6:.1f} s per 1M nodes, part actors' "
-          f"CPU stages {parts * 1e6:.1f} s per 1M nodes of one part, search probes {f:.1%} of "
-          "the lists:\n")
+    print(f"\nProjection for H100 GPUs (their measured embedding and search rates), from the "
+          f"{n0:,} run at P = {partitions}: driver stages {driver * 1e6:.1f} s per 1M nodes, part "
+          f"actors' CPU stages {parts * 1e6:.1f} s per 1M nodes of one part, search probes "
+          f"{f:.1%} of the lists:\n")
     print("| nodes | GPUs | driver s | part CPU s | embed s | search s | total s | dominant | "
           "target embedding per GPU |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n in (10 ** 7, 10 ** 8, 10 ** 9):
         for gpus in (8, 64, 512):
-            rate = gpus * GPU_EFFICIENCY
-            embed = c["gathered_bytes"] * n / n0 / (rate * A100["bandwidth"])
-            search = 2 * n * (n ** 0.5 * d + f * n * d) / (rate * A100["flops"])
+            embed = H100["embed_s_per_node"] * n / gpus
+            search = 2 * n * (n ** 0.5 * d + f * n * d) / (gpus * H100["search_flops"])
             share = n * d * 4 / gpus
-            fits = "fits" if share <= 0.8 * A100["memory"] else "does not fit"
+            fits = "fits" if share <= 0.8 * H100["memory"] else "does not fit"
             stages = {"driver": driver * n, "part CPU": parts * n / gpus, "embed": embed,
                       "search": search}
             print(f"| {n:,} | {gpus} | {driver * n:,.0f} | {parts * n / gpus:,.1f} "
                   f"| {embed:,.2f} | {search:,.0f} | {sum(stages.values()):,.0f} "
                   f"| {max(stages, key=stages.get)} | {share / 1e9:,.1f} GB, {fits} |")
-
 
 if __name__ == "__main__":
     main()
