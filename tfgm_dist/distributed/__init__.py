@@ -410,6 +410,7 @@ class Run:
                 blocks: list[ray.ObjectRef] = []
                 emb = [self._embed(g, blocks) for g in (0, 1)]
                 _completed(blocks + emb[0] + emb[1], "embed", "blocks")
+                del blocks  # the layers, concatenated: the store may free them
             pl = self.plan
             with self.watch.stage("search"):
                 forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
