@@ -172,7 +172,7 @@ def exact_check(folder: Path, out: Path, sample: int, m: dict, bounds: dict) -> 
              + q * REFINE_FACTOR * cfg.search.k * d)  # exact re-ranking
     lookups = q * nprobe * (n / nlist) * pq_codes(d)
     return {"sample": int(pick.size), "exact": 100 * exact, "run": 100 * run,
-            "gathered_bytes": gathered, "dim": d,
+            "dim": d,
             "embed_s": embed_s, "streamed_s": streamed / bounds["bandwidth"],
             "gathered_s": gathered / bounds["bandwidth"],
             "search_s": search_s, "search_bound_s": 2 * madds / bounds["gemm"],
@@ -268,6 +268,7 @@ def _projection(n0: int, m: dict, c: dict, partitions: int) -> None:
             print(f"| {n:,} | {gpus} | {driver * n:,.0f} | {parts * n / gpus:,.1f} "
                   f"| {embed:,.2f} | {search:,.0f} | {sum(stages.values()):,.0f} "
                   f"| {max(stages, key=stages.get)} | {share / 1e9:,.1f} GB, {fits} |")
+
 
 if __name__ == "__main__":
     main()
