@@ -171,8 +171,7 @@ def exact_check(folder: Path, out: Path, sample: int, m: dict, bounds: dict) -> 
              + tuned["sample"] * n * d  # exact search on the tuning sample
              + q * REFINE_FACTOR * cfg.search.k * d)  # exact re-ranking
     lookups = q * nprobe * (n / nlist) * pq_codes(d)
-    return {"sample": int(pick.size), "exact": 100 * exact, "run": 100 * run,
-            "dim": d,
+    return {"sample": int(pick.size), "exact": 100 * exact, "run": 100 * run, "dim": d,
             "embed_s": embed_s, "streamed_s": streamed / bounds["bandwidth"],
             "gathered_s": gathered / bounds["bandwidth"],
             "search_s": search_s, "search_bound_s": 2 * madds / bounds["gemm"],
