@@ -210,13 +210,19 @@ def main() -> None:
 def _print(rows: list, partitions: int) -> None:
     stages = ("load", "features", "partition", "embed", "search", "refine", "assign", "write")
     print(f"| nodes | wall s | vs first | {' | '.join(stages)} | peak PSS GiB (all processes) "
-          f"| peak used GiB (machine) | Hits@1 | one-to-one acc |")
-    print("|---|---|---|" + "---|" * len(stages) + "---|---|---|---|")
+          f"| peak used GiB (machine) | driver peak GiB | largest part actor peak GiB (own) "
+          f"| Hits@1 | one-to-one acc |")
+    print("|---|---|---|" + "---|" * len(stages) + "---|---|---|---|---|---|")
     base = rows[0][1]
     for n, wall, m, (pss, used), _ in rows:
         sec = " | ".join(f"{m['seconds'].get(s, 0):.1f}" for s in stages)
+        parts = [p for p in m["ray"]["processes"] if p["role"].startswith("part")]
+        largest = max(parts, key=lambda p: p["peak_rss_bytes"])
         print(f"| {n:,} | {wall:.0f} | {wall / base:.1f}x | {sec} | {pss / 2**30:.2f} "
-              f"| {used / 2**30:.2f} | {100 * m['hits@1']:.2f} | {100 * m['accuracy']:.2f} |")
+              f"| {used / 2**30:.2f} | {m['peak_rss_bytes'] / 2**30:.2f} "
+              f"| {largest['peak_rss_bytes'] / 2**30:.2f} "
+              f"({(largest['private_bytes'] or 0) / 2**30:.2f}) "
+              f"| {100 * m['hits@1']:.2f} | {100 * m['accuracy']:.2f} |")
     print(f"\nRay, P = {partitions}. Exact search on a sample of gold sources, same embeddings:\n")
     print("| nodes | sample | exact Hits@1 | run's match | nprobe / nlist | tuned recall@1 |")
     print("|---|---|---|---|---|---|")
