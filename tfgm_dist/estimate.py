@@ -164,7 +164,7 @@ def self_calibrated(result: Result, first: Result | None = None) -> Result:
         return result
     margin, mutual = margins(result), result.mutual.numpy()
     hinted = np.zeros_like(mutual)
-    if first is not None and first.mutual is not None and first.confidence is not None:
+    if first is not None and first.mutual is not None:
         hinted = first.mutual.numpy() & (first.matched.numpy() == result.matched.numpy())
     fit = on_mutual(margin[~torch.from_numpy(hinted)], mutual[~hinted])
     result.metrics["estimate"] = {**proxy(mutual, margin), "confidence_fitted_on": fit.fitted_on}
