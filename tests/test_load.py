@@ -111,6 +111,22 @@ def test_triples_by_name_and_by_extension(tmp_path):
         assert g.stats["relations"] == 2
 
 
+def test_triples_keep_every_relation_as_roles_of_its_heads_and_tails(tmp_path):
+    lines = ["1\tborn_in\t2", "2\tpart_of\t3", "1\tborn_in\t3", "1\tpart_of\t2"]
+    expected = {(1, 0), (2, 1), (3, 1),  # born_in (first in sort order): heads 0, tails 1
+                (2, 2), (1, 2), (3, 3), (2, 3)}  # part_of: its edge 1 -> 2 repeats born_in's
+    for order in (lines, lines[::-1]):  # the order of the lines changes nothing
+        g = load_graph(write(tmp_path, "kg.triples", "\n".join(order) + "\n"))
+        assert g.num_edges == 3  # 1 -> 2 once
+        ids = g.ids.to_numpy()
+        roles = {(int(ids[n]), int(r)) for n, r in g.roles.T.tolist()}
+        assert roles == expected and g.roles.size(1) == len(expected)
+        shuffled = g.permuted(torch.tensor([2, 0, 1]))  # the roles follow their nodes
+        ids = shuffled.ids.to_numpy()
+        assert {(int(ids[n]), int(r)) for n, r in shuffled.roles.T.tolist()} == expected
+    assert load_graph(write(tmp_path, "g.tsv", "1\t2\n")).roles is None  # an edge list has none
+
+
 def test_uri_ids_are_named_by_their_local_names_and_codes_are_not_names(tmp_path):
     text = ("<http://dbpedia.org/resource/Kyoto_Station>\tnear\t"
             "http://x.org/kg#Caf%C3%A9_M%C3%BCller\n"

@@ -40,6 +40,9 @@ class Graph:
         content: names and vectors left in the input's ``nodes.parquet``, read by the parts
             of a run on Ray (:class:`~tfgm_dist.load.tables.NodeContent`); ``names`` and
             ``features`` are then ``None`` until :meth:`with_content`.
+        roles: optional ``[2, M]`` int64 tensor of a knowledge graph's relation roles,
+            ``(node, role)`` once each: relation ``r`` gives role ``2r`` to the heads of its
+            triples and ``2r + 1`` to their tails (:func:`~tfgm_dist.embed.role_edges`).
     """
 
     ids: pa.Array
@@ -51,6 +54,7 @@ class Graph:
     stats: dict[str, int] = field(default_factory=dict)
     names_from_ids: bool = False
     content: NodeContent | None = None
+    roles: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -68,6 +72,11 @@ class Graph:
         if self.features is not None and self.features.size(0) != n:
             raise InputError(f"{self.source}: {self.features.size(0)} feature rows "
                              f"for {n} nodes")
+        r = self.roles
+        if r is not None and (r.dim() != 2 or r.size(0) != 2 or r.numel() and (
+                int(r.min()) < 0 or int(r[0].max()) >= n)):
+            raise InputError(f"{self.source}: roles must be [2, M], nodes in [0, {n}), "
+                             "roles >= 0")
         if self.content is not None and self.content.rows.size != n:
             raise InputError(f"{self.source}: {self.content.rows.size} content rows for {n} "
                              "nodes")
@@ -107,7 +116,7 @@ class Graph:
         names, vectors or content, without edges: what a part of a run on Ray makes its
         input rows from."""
         return replace(self, edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None,
-                       stats={}, **self._taken(nodes))
+                       roles=None, stats={}, **self._taken(nodes))
 
     def _taken(self, nodes: np.ndarray) -> dict:
         """The per-node fields of node numbers ``nodes``, in that order."""
@@ -163,4 +172,7 @@ class Graph:
         """
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.numel())
-        return replace(self, edge_index=inverse[self.edge_index], **self._taken(perm.numpy()))
+        roles = None if self.roles is None else torch.stack([inverse[self.roles[0]],
+                                                             self.roles[1]])
+        return replace(self, edge_index=inverse[self.edge_index], roles=roles,
+                       **self._taken(perm.numpy()))

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..graph import Graph
 from .ids import (Rows, build_graph, check_unique, codes_in, factorize, id_column, infer_ids,
-                  node_numbers, weights_of)
+                  node_numbers, relation_roles, weights_of)
 from .tables import (COMPRESSED, NodeContent, edge_columns, is_delta, no_nulls, node_content,
                      node_features, node_names, parquet_dataset, read_nodes, read_table,
                      read_text, read_text_rows, reading, streamed_batches, text_suffix)
@@ -53,7 +53,8 @@ def load_edge_list(path: Path) -> Graph:
 
 
 def load_triples(path: Path) -> Graph:
-    """``head relation tail`` lines; the relation is dropped, its distinct values counted.
+    """``head relation tail`` lines: the edges ``head -> tail``, and the relations as roles
+    that the nodes play (:func:`~.ids.relation_roles`), their distinct values counted.
 
     Entities named by URIs are named by their local names (:func:`~.ids.uri_names`); so are
     the integer ids of a JAPE-layout file (DBP15k, DWY100k): ``triples_1`` whose
@@ -62,6 +63,7 @@ def load_triples(path: Path) -> Graph:
     src, dst = infer_ids(rows.columns[0], rows.columns[2])
     ids, s, d = factorize(src, dst)
     return build_graph(ids, s, d, str(path), uris=_entity_uris(path, ids),
+                       roles=relation_roles(rows.columns[1], s, d),
                        stats={"relations": pc.count_distinct(rows.columns[1]).as_py()})
 
 

@@ -165,6 +165,17 @@ def factorize(src: pa.Array, dst: pa.Array) -> tuple[pa.Array, np.ndarray, np.nd
     return encoded.dictionary, codes[:, 0].copy(), codes[:, 1].copy()
 
 
+def relation_roles(relations: pa.Array, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The ``[2, M]`` ``(node, role)`` pairs of triples ``(src, relation, dst)``, each once:
+    the ``r``-th relation in the sort order of its values gives role ``2r`` to its heads and
+    ``2r + 1`` to its tails (so the order of a file's lines changes nothing)."""
+    values = pc.unique(relations)
+    code = pc.index_in(relations, values.take(pc.sort_indices(values))).to_numpy()
+    code = code.astype(np.int64)
+    pairs = np.concatenate([np.stack([src, 2 * code]), np.stack([dst, 2 * code + 1])], axis=1)
+    return np.unique(pairs, axis=1)
+
+
 # A URI: a scheme and "://" (N-Triples' angle brackets allowed). A local name that is a number,
 # or one letter and a number (Wikidata's Q42), names nothing.
 _URI = r"^<?[A-Za-z][A-Za-z0-9+.\-]*://"
@@ -190,10 +201,12 @@ def uri_names(uris: pa.Array) -> list[str] | None:
 def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
                 weight: np.ndarray | None = None, names: list[str] | None = None,
                 features: torch.Tensor | None = None, stats: dict[str, int] | None = None,
-                uris: pa.Array | None = None, content: NodeContent | None = None) -> Graph:
+                uris: pa.Array | None = None, content: NodeContent | None = None,
+                roles: np.ndarray | None = None) -> Graph:
     """The canonical Graph, without self-loops and repeated (src, dst) edges, which it counts.
 
-    Of repeated edges the first is kept, with its weight; direction is kept as given. Without
+    Of repeated edges the first is kept, with its weight; direction is kept as given;
+    ``roles`` (:func:`relation_roles`) are kept whole. Without
     ``names``, the nodes are named by the local names of their URIs (:func:`uri_names`):
     ``uris``, one per node, where the ids are not URIs themselves, else the ids.
     """
@@ -218,6 +231,7 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
         source=source,
         names_from_ids=from_ids,
         content=content,
+        roles=None if roles is None else torch.from_numpy(roles),
         stats={"input_edges": len(src), "self_loops": int(loops.sum()),
                "duplicate_edges": len(candidates) - len(first), **(stats or {})},
     )
