@@ -198,6 +198,24 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     assert single["rows"] == metrics["rows"] == 1004
 
 
+@pytest.mark.skipif(not YEAST.exists(), reason=f"benchmark data not found at {YEAST}")
+def test_relations_are_left_out_on_ray_with_a_warning(cluster, tmp_path, caplog):
+    """The parts do not embed relation roles yet: a Ray run of triples says so and equals
+    one process with ``embed.relations = false``."""
+    paths = {}
+    for name, graph in (("source", "yeast0_Y2H1.txt"), ("target", "yeast10_Y2H1.txt")):
+        u, v = np.loadtxt(YEAST / graph, dtype=np.int64).T
+        paths[name] = tmp_path / f"{name}.triples"
+        paths[name].write_text("".join(f"{a}\tr{(a + b) % 3}\t{b}\n" for a, b in zip(u, v)))
+    base = with_overrides(load_config(ROOT / "jobs" / "configs" / "yeast.toml"),
+                          **{"refine.steps": 10, "search.k": 50})
+    run_job(job(with_overrides(base, **{"embed.relations": False}), tmp_path / "single", 0,
+                **paths))
+    run_job(job(base, tmp_path / "p2", 2, **paths))
+    assert_same_rows(tmp_path / "single", tmp_path / "p2")
+    assert "relations are not yet embedded on Ray" in caplog.text
+
+
 ON_PARTS = {  # the refinement and decoding that run on the part actors; bootstrapping rounds
     "auction": ("false", True, "auto", 0),
     "auction, no seeds": ("false", False, "auto", 0),

@@ -191,6 +191,53 @@ def test_nodes_without_features_are_matched_by_their_neighbours(synth):
     assert m["hits@1"] > 0.9  # their neighbours' features still place them
 
 
+def test_relation_roles_join_the_operator_as_nodes_after_the_graphs(tmp_path):
+    kg = write_columns(tmp_path / "kg.triples", ["a", "c", "b"], ["r", "r", "q"],
+                       ["b", "b", "c"])
+    cfg = from_dict({"embed": {"self_loops": False}})
+    g = pipeline.load_pair(kg, kg, cfg).source  # a, b, c = 0, 1, 2; roles q: 0, 1; r: 2, 3
+    pair = pipeline.Pair(g, g)
+    op = pipeline.operators(pair, cfg)[0]
+    assert op.num_nodes == 3 + 4
+    edges = set(map(tuple, op.edge_index.T.tolist()))
+    assert edges == {(u, v) for e in [(0, 1), (2, 1), (1, 2),  # the edges
+                                      (1, 3), (2, 4),  # b heads q, c is its tail
+                                      (0, 5), (2, 5), (1, 6)]  # a, c head r; b its tail
+                     for u, v in (e, e[::-1])}
+    x = torch.eye(3)
+    chans = [pipeline.features.Channel("x", x, x, cfg.embed)]
+    o_s, o_t = pipeline.embeddings(chans, (op, op), cfg.seed)
+    assert o_s.shape == (3, 4 * 3)  # the graph's rows only
+    # a's layer 1 sums its neighbour b and its role r (no input): b's row of x alone
+    assert torch.allclose(o_s[0, 3:6], torch.tensor([0.0, 1.0, 0.0]))
+    off = from_dict({"embed": {"self_loops": False, "relations": False}})
+    assert pipeline.operators(pair, off)[0].num_nodes == 3
+
+
+def test_relations_tell_apart_nodes_that_only_the_seeds_of_their_relations_distinguish(
+        tmp_path):
+    # a and b are both leaves of c; only a's relation (r1 / p) also links the seed s
+    source = write_columns(tmp_path / "s.triples", ["c", "c", "x"], ["r1", "r2", "r1"],
+                           ["a", "b", "s"])
+    target = write_columns(tmp_path / "t.triples", ["C", "C", "X"], ["q", "p", "p"],
+                           ["B", "A", "S"])  # relations named otherwise, in another order
+    seeds = write_columns(tmp_path / "seeds.tsv", ["s", "x"], ["S", "X"])
+    gold = write_columns(tmp_path / "gold.tsv", ["a", "b", "c"], ["A", "B", "C"])
+    scores = {}
+    for relations in (True, False):
+        cfg = from_dict({"features": {"kind": "degree-sinusoidal"},
+                         "embed": {"layers": 3, "relations": relations},
+                         "anchors": {"enabled": True}, "search": {"k": 3}})
+        pair = pipeline.load_pair(source, target, cfg, seeds=seeds, gold=gold)
+        scored = pipeline.score(pair, cfg)
+        a, (A, B) = pair.source.index_of(["a"], "a")[0], pair.target.index_of(["A", "B"], "t")
+        listed = dict(zip(scored.forward.index[a].tolist(), scored.forward.scores[a].tolist()))
+        scores[relations] = listed[int(A)] - listed[int(B)]
+        if relations:
+            assert pipeline.align(pair, cfg).metrics["hits@1"] == 1.0
+    assert scores[True] > 0.1 and scores[False] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_a_pair_reuses_its_input_rows_only_for_its_own_graphs_and_features_setting(synth):
     cfg = from_dict({})
     pair = pipeline.load_pair(synth["source"], synth["target"], cfg, gold=synth["gold"])

@@ -68,6 +68,8 @@ class EmbedConfig:
     include_input: Bool = True  # keep F^(0) in the concatenation
     # F^(0)'s weight in a score, relative to one layer's block (its rows scaled by the root)
     input_weight: Annotated[Float, Field(gt=0)] = 1.0
+    # a knowledge graph's relation roles join the operator as nodes (pipeline.operators)
+    relations: Bool = True
 
     def __post_init__(self) -> None:
         if self.basic and not self.include_input:

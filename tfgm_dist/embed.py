@@ -94,6 +94,13 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     return Operator(torch.stack([src, dst]), w, num_nodes)
 
 
+def operator_rows(x: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``x`` ``[n, d]`` with zero rows after it up to ``num_nodes``: the input of an operator
+    that adds nodes after the graph's (a knowledge graph's relation roles,
+    :func:`tfgm_dist.pipeline.operators`), which have no input of their own."""
+    return x if x.size(0) == num_nodes else F.pad(x, (0, 0, 0, num_nodes - x.size(0)))
+
+
 def weighted_degrees(dst: torch.Tensor, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
     """Each node's summed incoming weight: the ``gcn`` operator's :math:`\\tilde{D}`."""
     return torch.zeros(num_nodes, dtype=weight.dtype).index_add_(0, dst, weight)
