@@ -4,6 +4,8 @@
     python -m jobs.bench_engine --only yeast --runs 10
     python -m jobs.bench_engine --only dbp15k --pairs zh_en --encoder
     python -m jobs.bench_engine --only raw           # DBP15k's files as shipped
+    python -m jobs.bench_engine --only structure     # DBP15k's triples without names
+    python -m jobs.bench_engine --only structure --set embed.relations=false  # side by side
     python -m jobs.bench_engine --only openea        # DBP15k in OpenEA's files, every target
     python -m jobs.bench_engine --only named --nodes 100000   # a synthetic named pair
 
@@ -23,6 +25,7 @@ job chooses its settings (:mod:`tfgm_dist.auto`). The end-to-end tables run the 
 ``tfgm-dist align`` command (new process: interpreter start, imports, load, all stages,
 Parquet write) on inputs prepared once in the Parquet layout, with and without seeds; the
 ``raw`` tables on DBP15k's own files, whose only names are the URIs' local names; the
+``structure`` tables on its triples alone (no ``ent_ids`` beside them: no names); the
 ``openea`` tables on the same entities in OpenEA's layout (triples of URIs, links of URIs,
 each test source ranked against every target: no ``--queries``/``--candidates``). The
 ``--only dbp15k`` table is the ablation over refinement and decodings, with the settings of
@@ -247,8 +250,21 @@ def prepare_openea(pair_name: str, folder: Path) -> dict[str, Path]:
     return paths
 
 
+def prepare_structure(pair_name: str, folder: Path) -> dict[str, Path]:
+    """DBP15k's triples without their ``ent_ids`` (so without names: structure, relations
+    and seeds alone, as a knowledge graph whose entities are codes) plus the protocol's
+    seeds/gold/candidates/queries text files."""
+    paths = prepare_raw(pair_name, folder)
+    for side in ("source", "target"):
+        copy = folder / paths[side].name
+        copy.write_bytes(paths[side].read_bytes())
+        paths[side] = copy
+    return paths
+
+
 LAYOUTS = {"translated": (prepare_dbp, ""), "raw": (prepare_raw, ", the files as shipped: "
                                                    "names from the URIs"),
+           "structure": (prepare_structure, ", the triples alone: no names"),
            "openea": (prepare_openea, ", in OpenEA's files: names from the URIs, ranked "
                                       "against every target")}
 
@@ -288,10 +304,13 @@ def bench_dbp(pairs: list[str], encoder: bool) -> None:
                           f"{d['decode_s']:.1f} | {r['peak'] / 2**30:.2f} GiB |", flush=True)
 
 
-def bench_dbp_end_to_end(pairs: list[str], seeds: bool, layout: str = "translated") -> None:
+def bench_dbp_end_to_end(pairs: list[str], seeds: bool, layout: str = "translated",
+                         sets: tuple[str, ...] = ()) -> None:
+    """``sets``: ``KEY=VALUE`` settings passed to every run (``--set``), an ablation."""
     prepare, title = LAYOUTS[layout]
     print(f"\n### DBP15k end to end (`tfgm-dist align`, new process, no config file, "
-          f"{'with' if seeds else 'without'} seeds{title})\n")
+          f"{'with' if seeds else 'without'} seeds{title}"
+          f"{''.join(f', --set {kv}' for kv in sets)})\n")
     print("| pair | wall s | Hits@1 | Hits@10 | MRR | 1:1 acc. | estimated H@1 (held out) "
           "| content | seconds per stage | peak RSS | share correct (rows) at confidence "
           ">= 0.5 / 0.8 / 0.9 |")
@@ -303,7 +322,8 @@ def bench_dbp_end_to_end(pairs: list[str], seeds: bool, layout: str = "translate
                     "--gold", str(p["gold"])] + [
                 arg for key in ("candidates", "queries") if key in p
                 for arg in (f"--{key}", str(p[key]))]
-            wall, m = run_cli(args + (["--seeds", str(p["seeds"])] if seeds else []))
+            wall, m = run_cli(args + (["--seeds", str(p["seeds"])] if seeds else [])
+                              + [arg for kv in sets for arg in ("--set", kv)])
         est = m.get("estimate", {})
         guess = (f"{100 * est['hits@1']:.1f} ({est['held_out']})" if "held_out" in est
                  else "-")
@@ -406,12 +426,14 @@ def bench_yeast(runs: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("yeast", "dbp15k", "end-to-end", "raw", "openea",
-                                       "named"))
+    p.add_argument("--only", choices=("yeast", "dbp15k", "end-to-end", "raw", "structure",
+                                       "openea", "named"))
     p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--encoder", action="store_true", help="add MiniLM sentence vectors")
     p.add_argument("--nodes", type=int, default=100_000, help="named: entities a side")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed to every end-to-end run (an ablation beside the defaults)")
     args = p.parse_args()
     if not DATA.exists():
         sys.exit(f"benchmark data not found at {DATA}")
@@ -423,13 +445,11 @@ def main() -> None:
         bench_yeast(args.runs)
     if args.only in (None, "dbp15k"):
         bench_dbp(pairs, args.encoder)
-    if args.only in (None, "end-to-end"):
-        bench_dbp_end_to_end(pairs, seeds=True)
-        bench_dbp_end_to_end(pairs, seeds=False)
-    for layout in ("raw", "openea"):
-        if args.only in (None, layout):
-            bench_dbp_end_to_end(pairs, seeds=True, layout=layout)
-            bench_dbp_end_to_end(pairs, seeds=False, layout=layout)
+    sets = tuple(args.set)
+    for layout in ("translated", "raw", "structure", "openea"):
+        if args.only in (None, "end-to-end" if layout == "translated" else layout):
+            bench_dbp_end_to_end(pairs, seeds=True, layout=layout, sets=sets)
+            bench_dbp_end_to_end(pairs, seeds=False, layout=layout, sets=sets)
     if args.only == "named":  # not in "everything": about 10 minutes
         bench_named(args.nodes)
 
