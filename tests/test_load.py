@@ -449,11 +449,29 @@ def test_parquet_columns_under_the_users_names(tmp_path):
     assert edges(g) == [("a", "b"), ("b", "c")] and g.edge_weight.tolist() == [1.0, 2.0]
     with raises("edges.parquet", "missing column(s) from", "has follower, followee, w"):
         load_graph(directory, columns="src=from,dst=followee,id=user_id")
-    with raises("columns", "'source=follower'", "src, dst, weight, id, name, features"):
+    with raises("columns", "'source=follower'",
+                "src, dst, weight, relation, id, name, features"):
         load_graph(directory, columns="source=follower")
     text = write(tmp_path, "g.tsv", "a\tb\n")
     with raises("g.tsv", "read by position"):
         load_graph(text, columns="src=follower")
+
+
+def test_a_relation_column_gives_the_roles_that_triples_give(tmp_path):
+    heads, tails = ["1", "2", "1", "1"], ["2", "3", "3", "2"]
+    relations = ["born_in", "part_of", "born_in", "part_of"]
+    triples = load_graph(write(tmp_path, "kg.triples", "".join(
+        f"{h}\t{r}\t{t}\n" for h, r, t in zip(heads, relations, tails))))
+    directory = parquet_dir(tmp_path, {"h": [int(h) for h in heads], "p": relations,
+                                       "t": [int(t) for t in tails]})
+    table = load_graph(directory, columns="src=h,dst=t,relation=p")
+    assert table.ids.equals(triples.ids) and torch.equal(table.roles, triples.roles)
+    assert load_graph(directory, columns="src=h,dst=t").roles is None  # no relation column
+    (tmp_path / "nulls").mkdir()
+    nulls = parquet_dir(tmp_path / "nulls", {"src": [1, 2], "dst": [2, 3],
+                                             "relation": ["r", None]})
+    with raises(f"{nulls / 'edges.parquet'} row 2", "column relation is null"):
+        load_graph(nulls)
 
 
 def test_parquet_unknown_node_names_id_and_row(tmp_path):

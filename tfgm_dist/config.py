@@ -46,7 +46,8 @@ OPERATORS = get_args(Operator)
 INDEX_KINDS = get_args(IndexKind)
 OUT_FORMATS = get_args(OutFormat)
 MAX_K = 4096  # candidates per row; GPU FAISS's own limit is 2048
-LAYOUT_COLUMNS = ("src", "dst", "weight", "id", "name", "features")  # of the Parquet layout
+# of the Parquet layout
+LAYOUT_COLUMNS = ("src", "dst", "weight", "relation", "id", "name", "features")
 JOB_PATHS = ("source", "target", "out", "seeds", "gold", "candidates", "queries", "output_root")
 
 # Every section: frozen, unknown keys refused. Cross-key rules live in ``__post_init__`` and

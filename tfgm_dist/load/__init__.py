@@ -63,13 +63,13 @@ def load_graph(path: str | Path, fmt: str | None = None, columns: str = "",
 def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
                       name: str = "<table>") -> Graph:
     """A graph from Arrow tables with the columns of the Parquet layout (``edges``: ``src``,
-    ``dst``, optional ``weight``; ``nodes``: ``id``, optional ``name`` or ``features``),
+    ``dst``, optional ``weight`` and ``relation``; ``nodes``: ``id``, optional ``name`` or ``features``),
     checked as files are; ``name`` stands for the tables in error messages."""
     edges_at, nodes_at = Path(f"{name} edges"), Path(f"{name} nodes")
     checked = None if nodes is None else node_table(nodes, nodes_at)
     columns = edge_columns(edges.column_names, edges_at, column_names(""))
-    return layout_graph(edges.select(columns).to_batches(), columns, edges_at, checked,
-                        nodes_at, name)
+    return layout_graph(edges.select(list(columns.values())).to_batches(), columns, edges_at,
+                        checked, nodes_at, name)
 
 
 def pairs_from_table(table: pa.Table, source: Graph, target: Graph,

@@ -121,7 +121,8 @@ def load_leda(path: Path) -> Graph:
 
 
 def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) -> Graph:
-    """``edges.parquet`` (``src``, ``dst``, optional ``weight``), optional ``nodes.parquet``.
+    """``edges.parquet`` (``src``, ``dst``, optional ``weight`` and ``relation``), optional
+    ``nodes.parquet``.
 
     With ``nodes.parquet`` its row order is the node order and every edge endpoint must be
     listed there; without it nodes are numbered in order of first appearance. Edges are read
@@ -146,28 +147,34 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
     columns = edge_columns(edges.schema.names, edges_path, names)
     content = (node_content(nodes_path, names, nodes.num_rows)
                if deferred and nodes is not None else None)
-    return layout_graph(streamed_batches(edges_path, columns), columns, edges_path, nodes,
-                        nodes_path, str(path), content)
+    return layout_graph(streamed_batches(edges_path, list(columns.values())), columns,
+                        edges_path, nodes, nodes_path, str(path), content)
 
 
-def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_path: Path,
+def layout_graph(batches: Iterable[pa.RecordBatch], columns: dict[str, str], edges_path: Path,
                  nodes: pa.Table | None, nodes_path: Path, source: str,
                  content: NodeContent | None = None) -> Graph:
-    """The graph of the Parquet layout's edge batches and checked node table, its names and
-    vectors read from the table or left in ``content``."""
+    """The graph of the Parquet layout's edge batches (``columns``:
+    :func:`~.tables.edge_columns`, in its order) and checked node table, its names and
+    vectors read from the table or left in ``content``; a ``relation`` column gives the
+    nodes roles, as triples do (:func:`~.ids.relation_roles`)."""
     node_ids = None if nodes is None else nodes.column("id").combine_chunks()
-    src_parts, dst_parts, weight_parts, offset = [], [], [], 0
+    at = {c: i for i, c in enumerate(columns)}
+    src_parts, dst_parts, weight_parts, relation_parts, offset = [], [], [], [], 0
     for batch in batches:
         rows = Rows(edges_path, [no_nulls(batch.column(c), edges_path, c, offset)
-                                 for c in columns], offset=offset)
+                                 for c in columns.values()], offset=offset)
         src_parts.append(id_column(rows, 0, "src"))
         dst_parts.append(id_column(rows, 1, "dst"))
-        if len(columns) == 3:
-            weight_parts.append(weights_of(rows.columns[2], rows))
+        if "weight" in at:
+            weight_parts.append(weights_of(rows.columns[at["weight"]], rows))
+        if "relation" in at:
+            relation_parts.append(rows.columns[at["relation"]])
         offset += batch.num_rows
     if offset == 0:
         raise InputError(f"{edges_path}: no edges")
     weight = np.concatenate(weight_parts) if weight_parts else None
+    relations = pa.concat_arrays(relation_parts) if relation_parts else None
     # the batches' ids dropped as soon as they are one column, the columns as soon as they
     # are numbers: a 1M-node graph's load peaked 0.12 GiB higher holding them to the end
     src, dst = pa.concat_arrays(src_parts), pa.concat_arrays(dst_parts)
@@ -177,17 +184,21 @@ def layout_graph(batches: Iterable[pa.RecordBatch], columns: list[str], edges_pa
             raise InputError(f"{edges_path}: src ids are {src.type} but dst ids are {dst.type}")
         ids, s, d = factorize(src, dst)
         del src, dst
-        return build_graph(ids, s, d, source, weight=weight)
+        return build_graph(ids, s, d, source, weight=weight, roles=_roles(relations, s, d))
     # one lookup table for the whole file: building it per batch was most of a 1M-node load
     rows = Rows(edges_path, [src, dst])
     del src, dst
     s = codes_in(rows, 0, node_ids, nodes_path)
     d = codes_in(rows, 1, node_ids, nodes_path)
     del rows
-    return build_graph(node_ids, s, d, source, weight=weight,
+    return build_graph(node_ids, s, d, source, weight=weight, roles=_roles(relations, s, d),
                        names=None if content else node_names(nodes, nodes_path),
                        features=None if content else node_features(nodes, nodes_path),
                        content=content)
+
+
+def _roles(relations: pa.Array | None, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+    return None if relations is None else relation_roles(relations, src, dst)
 
 
 def file_labels(path: Path, graph: Graph) -> list[str]:

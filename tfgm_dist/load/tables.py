@@ -231,14 +231,15 @@ def streamed_batches(path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]
         pa.default_memory_pool().release_unused()
 
 
-def edge_columns(present: list[str], path: Path, names: dict[str, str]) -> list[str]:
-    """The user's names of the edge columns to read: source, target and weight if there."""
-    wanted = [names["src"], names["dst"]]
-    missing = [c for c in wanted if c not in present]
+def edge_columns(present: list[str], path: Path, names: dict[str, str]) -> dict[str, str]:
+    """The edge columns to read, the layout's name to the user's: source, target, and the
+    weight and the relation where there."""
+    missing = [names[c] for c in ("src", "dst") if names[c] not in present]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)}; "
                          f"has {', '.join(present)}")
-    return wanted + ([names["weight"]] if names["weight"] in present else [])
+    return {c: names[c] for c in ("src", "dst", "weight", "relation")
+            if c in ("src", "dst") or names[c] in present}
 
 
 def read_nodes(path: Path, names: dict[str, str], columns: list[str] | None = None
