@@ -185,19 +185,18 @@ def run_cli(args: list[str]) -> tuple[float, dict]:
 
 
 def prepare_dbp(pair_name: str, folder: Path) -> dict[str, Path]:
-    """DBP15k in the Parquet input layout plus seeds/gold/candidates/queries files."""
+    """DBP15k in the Parquet input layout (the triples as edges with their relations, the
+    translated names) plus seeds/gold/candidates/queries files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.dbp15k import load_dbp15k
+    from jobs.dbp15k import load_dbp15k, triples
     src, tgt, ref = load_dbp15k(DATA / "dbp15k" / pair_name)
     paths = {}
-    for name, g in (("source", src), ("target", tgt)):
+    for k, (name, g) in enumerate((("source", src), ("target", tgt)), 1):
         d = folder / name
         d.mkdir(parents=True)
-        ei = g.edge_index.numpy()
-        pq.write_table(pa.table({"src": g.ids.take(pa.array(ei[0])),
-                                 "dst": g.ids.take(pa.array(ei[1]))}), d / "edges.parquet")
+        pq.write_table(triples(DATA / "dbp15k" / pair_name, str(k)), d / "edges.parquet")
         pq.write_table(pa.table({"id": g.ids, "name": pa.array(g.names)}), d / "nodes.parquet")
         paths[name] = d
     for name, table in (("seeds", ref.slice(0, 4500)), ("gold", ref.slice(4500))):

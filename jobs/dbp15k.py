@@ -40,17 +40,22 @@ def load_dbp15k(pair_dir: str | Path,
                                      "target_id": target.ids.take(t)})
 
 
+def triples(pair_dir: str | Path, k: str) -> pa.Table:
+    """``triples_<k>`` of a DBP15k pair as the Parquet layout's edges: ``src``, ``dst`` (entity
+    ids) and ``relation`` (its id)."""
+    return _tsv(Path(pair_dir) / f"triples_{k}", ["src", "relation", "dst"],
+                [pa.int64(), pa.int64(), pa.int64()]).select(["src", "dst", "relation"])
+
+
 def _kg(pair_dir: Path, k: str, names: dict[int, str]) -> Graph:
-    """One KG from ``ent_ids_<k>`` (node order, URIs) and ``triples_<k>`` (edges)."""
+    """One KG from ``ent_ids_<k>`` (node order, URIs) and ``triples_<k>`` (edges and
+    relations)."""
     entities = _tsv(pair_dir / f"ent_ids_{k}", ["id", "uri"], [pa.int64(), pa.string()])
-    triples = _tsv(pair_dir / f"triples_{k}", ["src", "relation", "dst"],
-                   [pa.int64(), pa.string(), pa.int64()])
     ids = entities["id"].to_pylist()
     node_names = [names.get(i) or _uri_name(uri)
                   for i, uri in zip(ids, entities["uri"].to_pylist())]
     nodes = pa.table({"id": entities["id"], "name": node_names})
-    return graph_from_tables(triples.select(["src", "dst"]), nodes,
-                             name=str(pair_dir / f"triples_{k}"))
+    return graph_from_tables(triples(pair_dir, k), nodes, name=str(pair_dir / f"triples_{k}"))
 
 
 def _tsv(path: Path, columns: list[str], types: list[pa.DataType]) -> pa.Table:
