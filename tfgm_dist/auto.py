@@ -290,8 +290,7 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
             f"given vectors: {alike:.0%} of sampled nodes have a look-alike in their graph; "
             f"below {LOOKALIKE_SHARE:.0%} the vectors tell the nodes apart")
     chosen["features.kind"] = chosen.get("features.kind", kind)
-    roles = [0 if g.roles is None else int(torch.unique(g.roles[1]).numel())
-             for g in (pair.source, pair.target)]
+    roles = pair.source.num_roles, pair.target.num_roles
     if cfg.embed.relations and any(roles):
         why["relations"] = (f"{roles[0]} / {roles[1]} relation roles (a relation's heads, its "
                             "tails) join the propagation as nodes: a node is also described "

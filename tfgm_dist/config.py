@@ -46,7 +46,7 @@ OPERATORS = get_args(Operator)
 INDEX_KINDS = get_args(IndexKind)
 OUT_FORMATS = get_args(OutFormat)
 MAX_K = 4096  # candidates per row; GPU FAISS's own limit is 2048
-# of the Parquet layout
+# the columns of the Parquet layout
 LAYOUT_COLUMNS = ("src", "dst", "weight", "relation", "id", "name", "features")
 JOB_PATHS = ("source", "target", "out", "seeds", "gold", "candidates", "queries", "output_root")
 

@@ -42,7 +42,7 @@ class Graph:
             ``features`` are then ``None`` until :meth:`with_content`.
         roles: optional ``[2, M]`` int64 tensor of a knowledge graph's relation roles,
             ``(node, role)`` once each: relation ``r`` gives role ``2r`` to the heads of its
-            triples and ``2r + 1`` to their tails (:func:`~tfgm_dist.embed.role_edges`).
+            triples and ``2r + 1`` to their tails (:func:`~tfgm_dist.pipeline.operators`).
     """
 
     ids: pa.Array
@@ -88,6 +88,11 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return self.edge_index.size(1)
+
+    @property
+    def num_roles(self) -> int:
+        """How many relation roles its nodes play (every role number below it is played)."""
+        return 0 if self.roles is None or not self.roles.numel() else int(self.roles[1].max()) + 1
 
     @property
     def has_names(self) -> bool:

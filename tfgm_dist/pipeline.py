@@ -287,11 +287,11 @@ def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
     ec, out = cfg.embed, []
     for g in (pair.source, pair.target):
         edges, weight, n = g.edge_index, g.edge_weight, g.num_nodes
-        if ec.relations and g.roles is not None and g.roles.numel():
+        if ec.relations and g.num_roles:
             edges = torch.cat([edges, torch.stack([g.roles[0], n + g.roles[1]])], dim=1)
             if weight is not None:
                 weight = torch.cat([weight, weight.new_ones(g.roles.size(1))])
-            n += int(g.roles[1].max()) + 1
+            n += g.num_roles
         out.append(graph_operator(edges, n, ec.operator, self_loops=ec.self_loops,
                                   edge_weight=weight))
     return out[0], out[1]

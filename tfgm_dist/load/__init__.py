@@ -63,8 +63,8 @@ def load_graph(path: str | Path, fmt: str | None = None, columns: str = "",
 def graph_from_tables(edges: pa.Table, nodes: pa.Table | None = None, *,
                       name: str = "<table>") -> Graph:
     """A graph from Arrow tables with the columns of the Parquet layout (``edges``: ``src``,
-    ``dst``, optional ``weight`` and ``relation``; ``nodes``: ``id``, optional ``name`` or ``features``),
-    checked as files are; ``name`` stands for the tables in error messages."""
+    ``dst``, optional ``weight`` and ``relation``; ``nodes``: ``id``, optional ``name`` or
+    ``features``), checked as files are; ``name`` stands for the tables in error messages."""
     edges_at, nodes_at = Path(f"{name} edges"), Path(f"{name} nodes")
     checked = None if nodes is None else node_table(nodes, nodes_at)
     columns = edge_columns(edges.column_names, edges_at, column_names(""))

@@ -170,8 +170,8 @@ def relation_roles(relations: pa.Array, src: np.ndarray, dst: np.ndarray) -> np.
     the ``r``-th relation in the sort order of its values gives role ``2r`` to its heads and
     ``2r + 1`` to its tails (so the order of a file's lines changes nothing)."""
     values = pc.unique(relations)
-    code = pc.index_in(relations, values.take(pc.sort_indices(values))).to_numpy()
-    code = code.astype(np.int64)
+    code = pc.index_in(relations, values.take(pc.sort_indices(values))).to_numpy().astype(
+        np.int64)
     pairs = np.concatenate([np.stack([src, 2 * code]), np.stack([dst, 2 * code + 1])], axis=1)
     return np.unique(pairs, axis=1)
 
