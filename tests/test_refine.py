@@ -150,12 +150,9 @@ def test_refinement_repairs_perturbed_initial_scores(pair):
     assert after >= 0.9, (before, after)
 
 
-def test_refine_rejects_candidates_of_more_rows_than_the_operator_has_nodes(pair):
-    """Fewer are the graph's nodes before the relation roles an operator adds after them."""
-    f = pair.forward
+def test_refine_rejects_candidates_of_the_wrong_height(pair):
     with pytest.raises(ValueError, match="rows"):
-        run(Candidates(torch.cat([f.scores, f.scores[:5]]), torch.cat([f.index, f.index[:5]])),
-            pair)
+        run(pair.forward.take_rows(torch.arange(10)), pair)
 
 
 def test_merge_sums_both_directions_on_hand_example():

@@ -283,7 +283,8 @@ def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
     relation: nodes are told apart by the relations they take part in, and through the
     anchors a relation is described by the seeds that take part in it, alike in both graphs
     whatever the relations are called (DBP15k without names, 30 % seeds: zh 70.2 -> 79.5).
-    The roles have no input rows (zeros) and no output rows (:func:`embeddings`)."""
+    The roles have no input rows (zeros) and no output rows (:func:`embeddings`); the
+    refinement propagates over the edges alone (:func:`edge_operators`)."""
     ec, out = cfg.embed, []
     for g in (pair.source, pair.target):
         edges, weight, n = g.edge_index, g.edge_weight, g.num_nodes
@@ -498,7 +499,16 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     scored = Scored(forward, backward, torch.from_numpy(p.rows), p.targets,
                     pair.target.num_nodes, o_s, o_t, scale=scale(chans),
                     search={d: t for d, t in searches.items() if t})
-    return refined(pair, cfg, scored, ops, watch)
+    roles = any(op.num_nodes > g.num_nodes for op, g in zip(ops, (pair.source, pair.target)))
+    return refined(pair, cfg, scored, edge_operators(pair, cfg) if roles else ops, watch)
+
+
+def edge_operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
+    """:func:`operators` over the graphs' edges alone, without relation roles: the
+    refinement's. At its one layer the roles, which draw no indicator of their own, would add
+    nothing (DBP15k without names, with seeds: the same Hits@1 to every digit, zh 79.46, fr
+    83.05)."""
+    return operators(pair, replace(cfg, embed=replace(cfg.embed, relations=False)))
 
 
 def consensus_psi(cfg: Config) -> EmbedConfig:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import EmbedConfig
-from .embed import RowBlock, sparse_on_purpose, embed, layer_params, operator_rows
+from .embed import RowBlock, sparse_on_purpose, embed, layer_params
 from .search import Candidates, candidates_from_coo
 from .stopwatch import Progress
 
@@ -150,11 +150,9 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
     Returns:
         Candidates holding :math:`\\mathrm{softmax}(\\hat{S})`, rows re-sorted.
     """
-    # an operator may add nodes after the graph's (relation roles, pipeline.operators): they
-    # get no indicator and no candidates
-    rows, n_s, n_t = c.index.size(0), block_s.nodes.numel(), block_t.nodes.numel()
-    if rows > n_s:
-        raise ValueError(f"candidates have {rows} rows, the source {n_s} nodes")
+    n_s, n_t = block_s.nodes.numel(), block_t.nodes.numel()
+    if c.index.size(0) != n_s:
+        raise ValueError(f"candidates have {c.index.size(0)} rows, the source {n_s} nodes")
     index, logits = initial(c, list_width(c), steps, scale, fixed)
     crow, col, perm = _transpose_csr(index, n_t)
     pattern = candidate_pattern(index, n_t).to(device)
@@ -168,8 +166,8 @@ def refine(c: Candidates, block_s: RowBlock, block_t: RowBlock, *, steps: int, d
         s = torch.softmax(logits, dim=1).nan_to_num(0.0)
         with sparse_on_purpose():
             s_t = torch.sparse_csr_tensor(crow, col, s.flatten()[perm], (n_t, n_s))
-        r_s = operator_rows(torch.randn(rows, dim, generator=gen), n_s).to(device)
-        o_s = embed(r_s, block_s, psi, params)[:rows]
+        r_s = torch.randn(n_s, dim, generator=gen).to(device)
+        o_s = embed(r_s, block_s, psi, params)
         o_t = embed(s_t @ r_s, block_t, psi, params)
         logits = logits + candidate_cosine(o_s, o_t, pattern).masked_fill(index < 0, 0.0)
         meter.advance()
