@@ -499,8 +499,7 @@ def score(pair: Pair, cfg: Config, watch: Stopwatch | None = None) -> Scored:
     scored = Scored(forward, backward, torch.from_numpy(p.rows), p.targets,
                     pair.target.num_nodes, o_s, o_t, scale=scale(chans),
                     search={d: t for d, t in searches.items() if t})
-    roles = any(op.num_nodes > g.num_nodes for op, g in zip(ops, (pair.source, pair.target)))
-    return refined(pair, cfg, scored, edge_operators(pair, cfg) if roles else ops, watch)
+    return refined(pair, cfg, scored, ops, watch)
 
 
 def edge_operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
@@ -521,10 +520,13 @@ def consensus_psi(cfg: Config) -> EmbedConfig:
 
 def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operator],
             watch: Stopwatch) -> Scored:
-    """``scored`` after the training-free consensus in both directions, when enabled."""
+    """``scored`` after the training-free consensus in both directions, when enabled; over
+    the graphs' edges alone where ``ops`` (the embedding's) hold relation roles."""
     if not cfg.refine.enabled:
         return scored
     with watch.stage("refine"):
+        if any(op.num_nodes > g.num_nodes for op, g in zip(ops, (pair.source, pair.target))):
+            ops = edge_operators(pair, cfg)
         rc, psi = cfg.refine, consensus_psi(cfg)
         fixed = None if pair.seeds is None else tuple(torch.from_numpy(a) for a in pair.seeds)
         block_s, block_t = whole(ops[0]), whole(ops[1])
