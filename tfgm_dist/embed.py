@@ -58,7 +58,8 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     :math:`\\tilde{A} = A + I` when ``self_loops`` and :math:`A` otherwise, the degree
     :math:`\\tilde{D}` summing a node's incoming weights (``mean``: counting them). Edges are
     made undirected unless ``directed``; a repeated edge counts once, at its largest weight,
-    and a self-loop already given keeps its weight.
+    and a self-loop already given keeps its weight. ``degrees`` gives every node's
+    :math:`\tilde{D}` where ``edge_index`` holds only some nodes' edges (a part's).
 
     What PyG's ``to_undirected(reduce="max")``, ``add_remaining_self_loops``, ``coalesce``
     and ``gcn_norm`` compute (``tests/test_embed.py`` checks it against them), in plain torch:
@@ -84,9 +85,11 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     w = torch.zeros(key.numel(), dtype=w.dtype).scatter_reduce(0, at, w, "amax",
                                                                include_self=False)
     src, dst = key // num_nodes, key % num_nodes
+    # ``degrees``: given where only some nodes' edges are (a part's); mean counts entries
     if kind == "mean":
-        w = w / torch.bincount(dst, minlength=num_nodes).clamp(min=1)[dst].to(w.dtype)
-    elif kind == "gcn":  # ``degrees``: given where only some nodes' edges are (a part's)
+        counts = torch.bincount(dst, minlength=num_nodes) if degrees is None else degrees
+        w = w / counts.clamp(min=1)[dst].to(w.dtype)
+    elif kind == "gcn":
         inv_sqrt = (weighted_degrees(dst, w, num_nodes) if degrees is None else degrees
                     ).pow(-0.5)
         inv_sqrt = inv_sqrt.masked_fill(torch.isinf(inv_sqrt), 0.0)
@@ -94,11 +97,68 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     return Operator(torch.stack([src, dst]), w, num_nodes)
 
 
-def operator_rows(x: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """``x`` ``[n, d]`` with zero rows after it up to ``num_nodes``: the input of an operator
-    that adds nodes after the graph's (a knowledge graph's relation roles,
-    :func:`tfgm_dist.pipeline.operators`), which have no input of their own."""
-    return x if x.size(0) == num_nodes else F.pad(x, (0, 0, 0, num_nodes - x.size(0)))
+@dataclass(frozen=True)
+class RoleShare:
+    """Some nodes' share of a graph's relation-role rows, where the roles are nodes of the
+    operator after the graph's own (:func:`tfgm_dist.pipeline.operators`): ``share``
+    ``[R, n]`` sparse CSR, the role rows' entries of those ``n`` nodes (columns: their
+    positions); ``loops`` ``[R]``, each role's self-loop entry (zeros without).
+
+    A role joins every node that plays it, across any partition of the nodes: its row of
+    :math:`\\hat{A} H` is the sum of the shares of all nodes (:func:`role_partial`), added
+    up in float64 so that the parts of a Ray run, in any order, round it to one process's
+    float32 row (exact sums in another order differ by about 1e-16 of the value)."""
+
+    share: torch.Tensor
+    loops: torch.Tensor
+
+    def to(self, device: torch.device | str) -> "RoleShare":
+        """The share on ``device``."""
+        return RoleShare(self.share.to(device), self.loops.to(device))
+
+
+def role_share(op: Operator, num_nodes: int, nodes: torch.Tensor) -> RoleShare:
+    """The :class:`RoleShare` of ``nodes`` (sorted numbers below ``num_nodes``) in ``op``,
+    whose nodes from ``num_nodes`` on are roles: every entry of a role's row from one of
+    ``nodes`` must be in ``op`` (a part's operator holds its nodes' roles)."""
+    (src, dst), w = op.edge_index, op.edge_weight
+    num_roles = op.num_nodes - num_nodes
+    position = torch.full((op.num_nodes,), -1, dtype=torch.long)
+    position[nodes] = torch.arange(nodes.numel())
+    member = (dst >= num_nodes) & (position[src] >= 0)
+    with sparse_on_purpose():
+        share = torch.sparse_coo_tensor(
+            torch.stack([dst[member] - num_nodes, position[src[member]]]), w[member],
+            (num_roles, nodes.numel())).coalesce().to_sparse_csr()
+    looped = (src == dst) & (dst >= num_nodes)
+    loops = torch.zeros(num_roles, dtype=w.dtype).index_put_((dst[looped] - num_nodes,),
+                                                             w[looped])
+    return RoleShare(share, loops)
+
+
+def role_partial(roles: RoleShare, t_own: torch.Tensor, t_roles: torch.Tensor | None
+                 ) -> torch.Tensor:
+    """``[R, d]`` float64: the share's part of the roles' rows of :math:`\\hat{A} T` for
+    ``t_own``, its nodes' rows of ``T`` (:func:`transformed`), plus the self-loops times
+    ``t_roles`` (the roles' rows) where given: one share of all must add them, once."""
+    out = roles.share.double() @ t_own.double()
+    if t_roles is not None:
+        out += roles.loops.double()[:, None] * t_roles.double()
+    return out
+
+
+def role_layer(partials: list[torch.Tensor], params: LayerParams, before: torch.Tensor | None,
+               basic: bool) -> torch.Tensor:
+    """A layer's rows of the roles from the :func:`role_partial` of all nodes, added up in
+    their order, then the layer's bias and norm as :func:`layer` finishes every row;
+    BasicTFGM adds the residual ``before`` (the previous rows; ``None``: zeros)."""
+    pre = partials[0].clone()
+    for partial in partials[1:]:
+        pre += partial
+    out = finished(pre.float(), params)
+    if basic:
+        out = F.normalize(out if before is None else out + before, dim=-1)
+    return out
 
 
 def weighted_degrees(dst: torch.Tensor, weight: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -217,11 +277,19 @@ def layer_params(cfg: EmbedConfig, dim: int, seed: int = 0) -> list[LayerParams]
 def layer(block: RowBlock, h_halo: torch.Tensor, params: LayerParams,
           relu: bool) -> torch.Tensor:
     """One layer for one block: ``norm(A_rows (sigma(H) W)_halo + b)``; returns ``[n, d]``."""
+    # propagate makes a new tensor: finished scales it in place
+    return finished(propagate(block, transformed(h_halo, params, relu)), params)
+
+
+def transformed(h: torch.Tensor, params: LayerParams, relu: bool) -> torch.Tensor:
+    """The first half of :func:`layer`, before the product: ``sigma(H) W``."""
     if relu:
-        h_halo = F.relu(h_halo)
-    if params.weight is not None:
-        h_halo = h_halo @ params.weight
-    out = propagate(block, h_halo)  # a new tensor: scaled in place below
+        h = F.relu(h)
+    return h if params.weight is None else h @ params.weight
+
+
+def finished(out: torch.Tensor, params: LayerParams) -> torch.Tensor:
+    """The second half of :func:`layer`, after the product: ``norm(out + b)``, in place."""
     if params.bias is not None:
         out.add_(params.bias)
     return unit_rows_(out)
@@ -251,22 +319,37 @@ def embed(x: torch.Tensor, block: RowBlock, cfg: EmbedConfig,
 
 
 def embed_blocks(x: torch.Tensor, block: RowBlock, cfg: EmbedConfig,
-                 params: list[LayerParams] | None = None) -> Iterator[torch.Tensor]:
+                 params: list[LayerParams] | None = None, roles: RoleShare | None = None
+                 ) -> Iterator[torch.Tensor]:
     """The unit-norm blocks of :func:`embed`, one at a time, each ``[N, d]``: the normalised
     input when kept, then every layer's output (BasicTFGM: the last one only). A caller
     that places each block where it wants it never holds them twice: both graphs of a
     1M-node pair, 3 blocks of 128, took 18.7 s with every block and its scaled copy
     concatenated, 11.1 s written in place (:func:`tfgm_dist.pipeline.embeddings`), 10.1 s
-    with each layer normalised in place (:func:`unit_rows_`)."""
+    with each layer normalised in place (:func:`unit_rows_`).
+
+    ``roles``: where the operator's nodes after the graph's are relation roles, ``block``
+    holds the graph's rows of it and ``roles`` every node's share of the roles' rows
+    (:func:`role_share`), which have no input and are not returned."""
     if x.size(0) != block.nodes.numel():
         raise ValueError(f"x has {x.size(0)} rows, the graph {block.nodes.numel()} nodes")
     params = layer_params(cfg, x.size(1)) if params is None else params
     h = F.normalize(x.float(), dim=-1)
     if cfg.include_input and not cfg.basic:
         yield h
-    every = block.halo.numel() == h.size(0)  # the halo is every node, in order: no gather
-    for p in params:
-        out = layer(block, h if every else h[block.halo], p, cfg.relu)
+    n = h.size(0)
+    num_roles = 0 if roles is None else roles.loops.numel()
+    every = block.halo.numel() == n + num_roles  # every node, in order: no gather
+    r = None  # the roles' rows of the previous layer; the input's are zeros
+    for l, p in enumerate(params):
+        if roles is None:
+            out = layer(block, h if every else h[block.halo], p, cfg.relu)
+        else:
+            t = transformed(torch.cat([h, h.new_zeros(num_roles, h.size(1)) if r is None
+                                       else r]), p, cfg.relu)
+            out = finished(propagate(block, t if every else t[block.halo]), p)
+            if l + 1 < len(params):
+                r = role_layer([role_partial(roles, t[:n], t[n:])], p, r, cfg.basic)
         h = F.normalize(out + h, dim=-1) if cfg.basic else out
         if not cfg.basic:
             yield h

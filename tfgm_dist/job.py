@@ -24,7 +24,6 @@ import socket
 import tempfile
 import time
 import uuid
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -118,11 +117,6 @@ class OnRay:
             raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the {smaller} "
                              "nodes of the smaller graph")
         distributed.connect(cfg.ray.address)  # fails fast, before the passes of prepare
-        if cfg.embed.relations and any(g.roles is not None for g in (pair.source, pair.target)):
-            log.warning("relations are not yet embedded on Ray: this run propagates over the "
-                        "edges alone (in one process they join the operator as nodes)")
-            pair = replace(pair, source=replace(pair.source, roles=None),
-                           target=replace(pair.target, roles=None))
         held = distributed.held_edges(pair)
         pair, cfg, prepared, usage = distributed.prepare(pair, cfg, watch, held)
         on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared,

@@ -24,7 +24,8 @@ import torch
 
 from . import assign, features, metrics
 from .config import Config, EmbedConfig, FeatureConfig
-from .embed import Operator, embed_blocks, graph_operator, layer_params, operator_rows, whole
+from .embed import (Operator, embed_blocks, graph_operator, layer_params, role_share,
+                    row_block, whole)
 from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
@@ -372,13 +373,18 @@ def embeddings(chans: list[features.Channel], ops: tuple[Operator, Operator], se
     width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
     out = []
     for g, (op, n) in enumerate(zip(ops, (chans[0].x_s.size(0), chans[0].x_t.size(0)))):
-        block, o, at = whole(op).to(on), torch.empty(op.num_nodes, width, device=on), 0
+        # the graph's rows of the operator; the relation roles after them, if any, are rows
+        # of no output, added up from every node's share
+        nodes = torch.arange(n)
+        block = row_block(op, nodes).to(on)
+        roles = None if op.num_nodes == n else role_share(op, n, nodes).to(on)
+        o, at = torch.empty(n, width, device=on), 0
         for c, p in zip(chans, params):
-            x = operator_rows((c.x_s, c.x_t)[g], op.num_nodes).to(on)
-            for b, w in zip(embed_blocks(x, block, c.embed, p), c.embed.block_weights):
+            x = (c.x_s, c.x_t)[g].to(on)
+            for b, w in zip(embed_blocks(x, block, c.embed, p, roles), c.embed.block_weights):
                 torch.mul(b, math.sqrt(c.weight * w), out=o[:, at:at + b.size(1)])
                 at += b.size(1)
-        out.append(o[:n].cpu())  # the graph's nodes, without the operator's relation roles
+        out.append(o.cpu())
     return out[0], out[1]
 
 
@@ -512,10 +518,11 @@ def edge_operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
 
 def consensus_psi(cfg: Config) -> EmbedConfig:
     """The weight-free :math:`\\psi_2` of the refinement: its own depth and input block,
-    the embedding's operator."""
+    the embedding's operator over the graphs' edges alone (:func:`edge_operators`)."""
     rc = cfg.refine
     return EmbedConfig(layers=rc.layers, operator=cfg.embed.operator,
-                       self_loops=cfg.embed.self_loops, include_input=rc.include_input)
+                       self_loops=cfg.embed.self_loops, include_input=rc.include_input,
+                       relations=False)
 
 
 def refined(pair: Pair, cfg: Config, scored: Scored, ops: tuple[Operator, Operator],

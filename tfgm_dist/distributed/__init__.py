@@ -76,7 +76,7 @@ from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      anchored_inputs, finish, gathered_embedding, part_counts, part_of_graph,
-                     prepare_whole, usage_of, write_part)
+                     prepare_whole, role_rows, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import halo_plans
 
@@ -312,11 +312,13 @@ class Run:
             # Held for the run: a restarted actor is rebuilt from these objects. Each part
             # builds its rows of the operator from the edges that touch it: the driver never
             # builds a whole graph's operator on the parts' path (0.43 GiB at 1M nodes).
-            ec, self.exchange, self.part_refs = cfg.embed, [], []
+            ec, self.exchange, self.part_refs, self.has_roles = cfg.embed, [], [], []
             for i, (g, parting) in enumerate(zip((pair.source, pair.target), self.parting)):
                 plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator,
-                                   ec.self_loops, g.edge_weight)
+                                   ec.self_loops, g.edge_weight,
+                                   g.roles if ec.relations else None)
                 self.exchange.append([(gp.needs, gp.consumers) for gp in plans])
+                self.has_roles.append(plans[0].num_roles > 0)
                 edges, weights = self.held[2 * i:2 * i + 2]
                 part = ray.put(parting.part)
                 self.part_refs.append([part_of_graph.remote(gp, edges, weights, part)
@@ -328,6 +330,7 @@ class Run:
         if cfg.refine.enabled:  # the refinement's psi_2, channel len(chans) of the actors
             specs.append(consensus_psi(cfg))
             params.append(layer_params(specs[-1], cfg.refine.dim))
+        self.layer_params = params
         actors = dict(specs=specs, params=params, memory=self._actor_memory(self.chans))
         for attempt in range(1, RESTARTS + 2):
             try:
@@ -566,10 +569,12 @@ class Run:
         return replace(self.pair, source=replace(self.pair.source, **strip),
                        target=replace(self.pair.target, **strip))
 
-    def _call(self, method, g: int, p: int, send: bool, *args) -> list[ray.ObjectRef]:
+    def _call(self, method, g: int, p: int, send: bool, *args, share: bool = False
+              ) -> list[ray.ObjectRef]:
         """``method(send, *args)`` of part ``p``'s rows of graph ``g``: the rows, then (if
-        ``send``) one slice per part whose halo holds some of them."""
-        n = 1 + len(self.exchange[g][p][1]) if send else 1
+        ``send``) one slice per part whose halo holds some of them, then (if ``send`` and
+        ``share``) the part's share of the next layer's role rows."""
+        n = 1 + len(self.exchange[g][p][1]) + int(share) if send else 1
         out = method.options(num_returns=n).remote(send, *args)
         return [out] if n == 1 else list(out)
 
@@ -582,14 +587,24 @@ class Run:
                    ) -> list[list[ray.ObjectRef]]:
         """Per block (the input first where ``spec.include_input``, then each layer's),
         per part, graph ``g``'s rows of channel ``c`` of the actors (``spec``), from
-        ``h``: each part's input rows and their slices (:meth:`_call`)."""
+        ``h``: each part's input rows and their slices (:meth:`_call`). Where the channel
+        propagates over the graph's relation roles, each layer's role rows are the parts'
+        shares added up in one task (:func:`~.actors.role_rows`), which every part reads at
+        the next layer."""
         P, w, exchange = self.P, self.workers, self.exchange[g]
+        relational = spec.relations and self.has_roles[g]
         layers = [[x[0] for x in h]] if spec.include_input else []
+        roles = None  # the previous layer's role rows: the input's are zeros
         for l in range(spec.layers):
             on_layer(l)
-            h = [self._call(w[p].layer, g, p, l + 1 < spec.layers, g, c, l, h[p][0],
-                            *[h[q][1 + exchange[q][1].index(p)] for q in exchange[p][0]])
+            more = l + 1 < spec.layers
+            h = [self._call(w[p].layer, g, p, more, g, c, l, h[p][0], roles,
+                            *[h[q][1 + exchange[q][1].index(p)] for q in exchange[p][0]],
+                            share=relational)
                  for p in range(P)]
+            if relational and more:
+                roles = role_rows.remote(self.layer_params[c][l], spec, roles,
+                                         *[x[-1] for x in h])
             layers.append([x[0] for x in h])
         return layers
 

@@ -23,7 +23,8 @@ from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, is_best_sour
 from ..auto import Prepared, prepared_by_passes
 from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
-from ..embed import LayerParams, Operator, layer
+from ..embed import (LayerParams, Operator, finished, layer, propagate, role_layer,
+                     role_partial, transformed)
 from ..partition import Partition
 from ..errors import InputError
 from ..features import node_named
@@ -209,8 +210,11 @@ class PartWorker(AuctionSide):
             self.failed = e
         pa.default_memory_pool().release_unused()  # what reading left (0.27 of 1.27 GiB)
         self.params = [[q.to(device) for q in channel] for channel in params]
-        # the part's rows of each operator, whose columns are the rows a layer receives
+        # the part's rows of each operator, whose columns are the rows a layer receives; with
+        # relation roles also those over edges and roles, and its share of the roles' rows
         self.blocks = [g.stacked(g.block()).to(device) for g in self.parts]
+        self.role_blocks = [None if not g.num_roles else
+                            tuple(b.to(device) for b in g.role_blocks()) for g in self.parts]
         self.buffers: dict[tuple[int, int], np.ndarray] = {}  # per graph and width
         self.shard = SearchShard(device)
         self.P = 1  # parts of the run, told by :meth:`consensus`
@@ -225,41 +229,66 @@ class PartWorker(AuctionSide):
         if self.failed is not None:
             raise self.failed
 
-    def _out(self, g: int, rows: np.ndarray, send: bool) -> Any:
-        """A layer's result: the part's rows, then the slice for each consumer if ``send``
-        (the call is made with one return per item)."""
-        if not send or not self.parts[g].consumers:
-            return rows
-        return (rows, *[rows[r] for r in self.parts[g].sends])
+    def _out(self, g: int, rows: np.ndarray, send: bool, share: np.ndarray | None = None
+             ) -> Any:
+        """A layer's result: the part's rows, then the slice for each consumer if ``send``,
+        then its ``share`` of the next layer's role rows if any (the call is made with one
+        return per item)."""
+        out = [rows, *([rows[r] for r in self.parts[g].sends] if send else [])]
+        if share is not None:
+            out.append(share)
+        return out[0] if len(out) == 1 else tuple(out)
 
     def first(self, send: bool, g: int, c: int) -> Any:
         """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
         rows = F.normalize(torch.from_numpy(self.inputs[g][c]).float(), dim=-1).numpy()
         return self._out(g, rows, send)
 
-    def layer(self, send: bool, g: int, c: int, l: int, own: np.ndarray, *needed: np.ndarray
-              ) -> Any:
+    def layer(self, send: bool, g: int, c: int, l: int, own: np.ndarray,
+              roles: np.ndarray | None, *needed: np.ndarray) -> Any:
         """:math:`F^{(l)}` rows of graph ``g``'s channel ``c`` from the previous layer's rows:
-        ``own`` (this part's) and the slices of the parts in ``needs``."""
+        ``own`` (this part's) and the slices of the parts in ``needs``. Where the channel
+        propagates over relation roles (:meth:`relational`), also from the previous layer's
+        role rows ``roles`` (``None``: the input's, zeros), and if ``send`` the part's share
+        of this layer's role rows before :func:`role_rows` adds them up."""
         start = time.perf_counter()
-        h_halo = torch.from_numpy(self._stacked_rows(g, own, needed)).to(self.device)
-        out = layer(self.blocks[g], h_halo, self.params[c][l], self.specs[c].relu)
+        params, relu = self.params[c][l], self.specs[c].relu
+        share = None
+        if self.relational(g, c):
+            block, shares = self.role_blocks[g]
+            if roles is None:
+                roles = np.zeros((shares.loops.numel(), own.shape[1]), own.dtype)
+            h = transformed(torch.from_numpy(self._stacked_rows(g, own, (*needed, roles)))
+                            .to(self.device), params, relu)
+            out = finished(propagate(block, h), params)
+            if send:  # the roles' self-loops are part 0's to add
+                share = role_partial(shares, h[:own.shape[0]],
+                                     h[-roles.shape[0]:] if self.p == 0 else None).cpu().numpy()
+        else:
+            h_halo = torch.from_numpy(self._stacked_rows(g, own, needed)).to(self.device)
+            out = layer(self.blocks[g], h_halo, params, relu)
         if self.specs[c].basic:
             out = F.normalize(out + torch.from_numpy(own).to(self.device), dim=-1)
         self.usage.add("embed", start)
-        return self._out(g, out.cpu().numpy(), send)
+        return self._out(g, out.cpu().numpy(), send, share)
+
+    def relational(self, g: int, c: int) -> bool:
+        """Whether channel ``c`` of graph ``g`` propagates over its relation roles too."""
+        return self.specs[c].relations and self.role_blocks[g] is not None
 
     def _stacked_rows(self, g: int, own: np.ndarray, needed: tuple[np.ndarray, ...]
                       ) -> np.ndarray:
-        """``[own; *needed]``, the rows graph ``g``'s block multiplies, written into an array
-        kept for the layers of that width until :meth:`concat`: a new one each layer cost as
-        much as the product (its page faults: 0.9 s of a 1M-node pair's layer at P = 2)."""
+        """``[own; *needed]``, the rows graph ``g``'s block multiplies (the role rows last
+        where they are among ``needed``), written into an array kept for the layers of that
+        width until :meth:`concat`: a new one each layer cost as much as the product (its
+        page faults: 0.9 s of a 1M-node pair's layer at P = 2)."""
         if not needed:
             return own
-        rows = self.blocks[g].halo.numel()
-        buffer = self.buffers.get((g, own.shape[1]))
+        rows = own.shape[0] + sum(x.shape[0] for x in needed)
+        buffer = self.buffers.get((g, own.shape[1], rows))
         if buffer is None:
-            buffer = self.buffers[g, own.shape[1]] = np.empty((rows, own.shape[1]), own.dtype)
+            buffer = self.buffers[g, own.shape[1], rows] = np.empty((rows, own.shape[1]),
+                                                                    own.dtype)
         return np.concatenate([own, *needed], out=buffer)
 
     def concat(self, scales: list[float], *blocks: np.ndarray) -> np.ndarray:
@@ -638,6 +667,17 @@ def _gather(lists: list[tuple[np.ndarray, np.ndarray]], rows: list[np.ndarray], 
             ) -> Candidates:
     """One ``n``-row candidate matrix from per-part lists of the node numbers ``rows``."""
     return _listed(lists).scatter_rows(torch.from_numpy(np.concatenate(rows)), n)
+
+
+@ray.remote(max_retries=RESTARTS)
+def role_rows(params: LayerParams, spec: EmbedConfig, previous: np.ndarray | None,
+              *partials: np.ndarray) -> np.ndarray:
+    """A layer's rows of a graph's relation roles, ``[num_roles, d]``, from every part's
+    :func:`~tfgm_dist.embed.role_partial` (:meth:`PartWorker.layer`) and the ``previous``
+    layer's rows (``None``: the input's, zeros): :func:`~tfgm_dist.embed.role_layer`."""
+    return role_layer([torch.from_numpy(x) for x in partials], params,
+                      None if previous is None else torch.from_numpy(previous),
+                      spec.basic).numpy()
 
 
 @ray.remote(max_retries=RESTARTS)

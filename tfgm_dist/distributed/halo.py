@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..embed import RowBlock, graph_operator, row_block, sparse_on_purpose, weighted_degrees
+from ..embed import (RoleShare, RowBlock, graph_operator, role_share, row_block,
+                     sparse_on_purpose, weighted_degrees)
 from ..partition import Partition
 
 
@@ -34,6 +35,12 @@ class GraphPart:
     gather: np.ndarray  # halo rows within [own rows; the needed parts' slices]
     consumers: list[int]  # other parts whose halo holds some of this part's rows
     sends: list[np.ndarray]  # per consumer, the rows of this part it needs (its slice)
+    # a knowledge graph's relation roles (:attr:`~tfgm_dist.graph.Graph.roles`): the
+    # ``[2, m]`` (node, role) pairs of the part's nodes, how many roles the graph has, and
+    # for mean and gcn every node's and role's degree over the edges and the roles
+    roles: torch.Tensor | None = None
+    num_roles: int = 0
+    role_degrees: torch.Tensor | None = None
 
     def block(self) -> RowBlock:
         """The part's rows of the operator: :func:`~tfgm_dist.embed.row_block` of
@@ -48,6 +55,50 @@ class GraphPart:
             raise RuntimeError("a part's operator rows read another halo than was planned")
         return block
 
+    def role_blocks(self) -> tuple[RowBlock, RoleShare]:
+        """With relation roles, the part's two shares of the operator over the edges and the
+        roles (:func:`~tfgm_dist.pipeline.operators`, role ``r`` its node
+        ``num_nodes + r``): its nodes' rows, their columns the rows a layer receives as in
+        :meth:`stacked` then every role's row, ``[own; each needed part's slice; R]``; and
+        its nodes' :class:`~tfgm_dist.embed.RoleShare` of the roles' rows.
+
+        A role joins every node that plays it, in every part: its row is a sum over the
+        parts, not a halo row, so the parts add up ``num_roles`` rows each layer instead of
+        sending one role's members to one part."""
+        n, roles = self.num_nodes, self.roles
+        edges = torch.cat([self.edges, torch.stack([roles[0], n + roles[1]])], dim=1)
+        weights = (None if self.weights is None
+                   else torch.cat([self.weights, self.weights.new_ones(roles.size(1))]))
+        op = graph_operator(edges, n + self.num_roles, self.operator,
+                            self_loops=self.self_loops, edge_weight=weights,
+                            degrees=self.role_degrees)
+        nodes = torch.from_numpy(self.nodes)
+        block = row_block(op, nodes)
+        graph = int((block.halo < n).sum())
+        if not np.array_equal(block.halo[:graph].numpy(), self.halo):
+            raise RuntimeError("a part's operator rows read another halo than was planned")
+        stack = self._stack()
+        col = block.adj.col_indices()
+        at, of_graph = stack.size + block.halo[col] - n, col < graph
+        at[of_graph] = torch.from_numpy(self.gather)[col[of_graph]]
+        with sparse_on_purpose():
+            rows = RowBlock(block.nodes, torch.cat([torch.from_numpy(stack),
+                                                    n + torch.arange(self.num_roles)]),
+                            torch.sparse_csr_tensor(block.adj.crow_indices(), at,
+                                                    block.adj.values(),
+                                                    (block.adj.size(0), stack.size
+                                                     + self.num_roles)))
+        return rows, role_share(op, n, nodes)
+
+    def _stack(self) -> np.ndarray:
+        """The node numbers of the rows a layer receives, ``[own; each needed part's
+        slice]``, in that order."""
+        stack = np.empty(max(self.nodes.size, int(self.gather.max(initial=-1)) + 1),
+                         dtype=np.int64)
+        stack[:self.nodes.size] = self.nodes
+        stack[self.gather] = self.halo
+        return stack
+
     def stacked(self, block: RowBlock) -> RowBlock:
         """``block`` (:meth:`block`) with its columns renumbered to the rows a layer
         receives, ``[own rows; each needed part's slice]`` (its ``halo`` then the node
@@ -55,10 +106,7 @@ class GraphPart:
         entries keep their order, so every sum is the same, bit for bit. Without the gather
         of the halo rows (``rows[gather]``) a 1M-node pair's layer at P = 2 took 0.37 s
         for a part, against 1.30 s (the gather and its new array's page faults)."""
-        stack = np.empty(max(self.nodes.size, int(self.gather.max(initial=-1)) + 1),
-                         dtype=np.int64)
-        stack[:self.nodes.size] = self.nodes
-        stack[self.gather] = self.halo
+        stack = self._stack()
         gather = torch.from_numpy(self.gather)
         adj = block.adj
         with sparse_on_purpose():
@@ -68,14 +116,17 @@ class GraphPart:
 
 
 def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
-               self_loops: bool, edge_weight: torch.Tensor | None = None) -> list[GraphPart]:
+               self_loops: bool, edge_weight: torch.Tensor | None = None,
+               roles: torch.Tensor | None = None) -> list[GraphPart]:
     """Each part's :class:`GraphPart` of one graph without its edges (``edges`` empty): the
     halo rows it exchanges with the other parts, ``O(|V|)`` numbers in all. The halo of a
     part is every node an edge joins to one of its nodes (the operator is undirected), and
     its own nodes where ``self_loops`` adds them: the columns of its rows of the operator.
     A Ray run cuts each part's edges out in a task (:func:`with_edges`): the driver then
     writes a graph's edges into the object store once, not each part's share of them (at 1M
-    nodes and P = 2, 1.3 times the edges, which counted in its memory)."""
+    nodes and P = 2, 1.3 times the edges, which counted in its memory). ``roles``, a
+    knowledge graph's relation roles where they join the embedding, go to the parts of
+    their nodes (:meth:`GraphPart.role_blocks`)."""
     P, u, v = parting.num_parts, edge_index[0], edge_index[1]
     part = torch.from_numpy(parting.part)
     on_u, on_v = part[u], part[v]
@@ -105,7 +156,23 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
         no_edges = torch.empty(2, 0, dtype=torch.long)  # not a view: it pickles its storage
         plans.append(GraphPart(nodes[p], no_edges, None, num_nodes, operator, self_loops,
                                degrees, halos[p], needs[p], gather, consumers[p], sends))
-    return plans
+    if roles is None or not roles.numel():
+        return plans
+    num_roles = int(roles[1].max()) + 1
+    role_degrees = None
+    if operator != "sum":  # over the edges and the roles, as pipeline.operators joins them
+        summed = graph_operator(torch.cat([edge_index, torch.stack([roles[0],
+                                                                    num_nodes + roles[1]])], 1),
+                                num_nodes + num_roles, "sum", self_loops=self_loops,
+                                edge_weight=None if edge_weight is None else torch.cat(
+                                    [edge_weight, edge_weight.new_ones(roles.size(1))]))
+        dst = summed.edge_index[1]
+        role_degrees = (torch.bincount(dst, minlength=num_nodes + num_roles)
+                        if operator == "mean"
+                        else weighted_degrees(dst, summed.edge_weight, num_nodes + num_roles))
+    on = part[roles[0]]
+    return [replace(gp, roles=roles[:, on == p].clone(), num_roles=num_roles,
+                    role_degrees=role_degrees) for p, gp in enumerate(plans)]
 
 
 def with_edges(plan: GraphPart, edge_index: np.ndarray, edge_weight: np.ndarray | None,
