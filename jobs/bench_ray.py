@@ -4,6 +4,7 @@
     python -m jobs.bench_ray --only synth --sizes 100000 --partitions 1,2,4
     python -m jobs.bench_ray --only synth --sizes 100000 --partitions 2 --seeds 0.1
     python -m jobs.bench_ray --only dbp15k --pairs zh_en
+    python -m jobs.bench_ray --only dbp15k --pairs zh_en --layout structure   # no names
     python -m jobs.bench_ray --only synth --sizes 1000000 --partitions ""   # one process only
     python -m jobs.bench_ray --only auction --partitions 2,4
     python -m jobs.bench_ray --only partition --sizes 1000000 --partitions 2,4
@@ -16,7 +17,8 @@ of the driver and of the largest Ray process, the largest private memory of a Ra
 over all Ray processes, and the overhead against the single-process run.
 
 - DBP15k: the protocol of ``bench_engine`` (seeds, ranked against the test targets) with no
-  config file: refinement and the one-to-one auction on the part actors.
+  config file: refinement and the one-to-one auction on the part actors; ``--layout`` one of
+  ``bench_engine``'s (the translated names by default, ``structure`` the triples alone).
 - Synthetic: ``tfgm-dist synth`` pairs (power-law degrees, mean degree 10, 5 % edge noise,
   128-wide noisy features) with no config file, as a new user runs them (above 200,000
   nodes: IVF with nprobe tuned on the merged shards, no refinement, the one-to-one auction
@@ -46,7 +48,7 @@ import ray
 import torch
 
 from jobs import warn_uncompiled
-from jobs.bench_engine import DATA, prepare_dbp, run_cli
+from jobs.bench_engine import DATA, LAYOUTS, run_cli
 from tfgm_dist.search import Candidates
 
 STAGES = ("load", "estimate", "bootstrap", "features", "partition", "embed", "search",
@@ -79,14 +81,16 @@ def _table(title: str, args: list[str], partitions: list[int], out: Path) -> Non
         base = base or wall
 
 
-def bench_dbp(pairs: list[str], partitions: list[int]) -> None:
+def bench_dbp(pairs: list[str], partitions: list[int], layout: str) -> None:
+    prepare, title = LAYOUTS[layout]
     for pair in pairs:
         with tempfile.TemporaryDirectory() as tmp:
-            p = prepare_dbp(pair, Path(tmp) / "in")
-            _table(f"DBP15k {pair} (seeds, no config)",
+            p = prepare(pair, Path(tmp) / "in")
+            _table(f"DBP15k {pair} (seeds, no config{title})",
                    [str(p["source"]), str(p["target"]), "--seeds", str(p["seeds"]), "--gold",
-                    str(p["gold"]), "--candidates", str(p["candidates"]), "--queries",
-                    str(p["queries"])], partitions, Path(tmp))
+                    str(p["gold"])] + [arg for key in ("candidates", "queries") if key in p
+                                       for arg in (f"--{key}", str(p[key]))],
+                   partitions, Path(tmp))
 
 
 def synth(folder: str, n: int) -> None:
@@ -203,6 +207,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=("dbp15k", "synth", "auction", "partition"))
     p.add_argument("--pairs", default="zh_en,ja_en,fr_en")
+    p.add_argument("--layout", choices=sorted(LAYOUTS), default="translated",
+                   help="dbp15k: the inputs, as bench_engine prepares them")
     p.add_argument("--sizes", default="100000,1000000")
     p.add_argument("--seeds", type=float, default=0.0,
                    help="synth: this share of the gold pairs given as seeds")
@@ -215,7 +221,7 @@ def main() -> None:
     if args.only in (None, "dbp15k"):
         if not DATA.exists():
             sys.exit(f"benchmark data not found at {DATA}")
-        bench_dbp(args.pairs.split(","), partitions)
+        bench_dbp(args.pairs.split(","), partitions, args.layout)
     if args.only in (None, "synth"):
         bench_synth([int(x) for x in args.sizes.split(",")], partitions, args.seeds)
     if args.only in (None, "auction"):

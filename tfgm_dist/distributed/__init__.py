@@ -19,7 +19,9 @@ with the graphs runs in Ray workers, and the driver hands them object references
   of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
   other part the slice of that part's rows in its halo, which that part returns as a separate
   object (:func:`~.halo.halo_plans` plans who sends which rows to whom; a task cuts
-  each part's edges out, :func:`~.halo.with_edges`).
+  each part's edges out, :func:`~.halo.with_edges`). A knowledge graph's relation roles
+  are rows of every layer too, each a sum over all parts: each part sends its share of
+  them, and one task adds them up (:func:`~.actors.role_rows`) for the next layer.
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and each query part's own actor merges the per-shard top-k.
 - **refine**: each part refines the lists of its rows, both directions

@@ -675,6 +675,7 @@ def role_rows(params: LayerParams, spec: EmbedConfig, previous: np.ndarray | Non
     """A layer's rows of a graph's relation roles, ``[num_roles, d]``, from every part's
     :func:`~tfgm_dist.embed.role_partial` (:meth:`PartWorker.layer`) and the ``previous``
     layer's rows (``None``: the input's, zeros): :func:`~tfgm_dist.embed.role_layer`."""
+    _threads(1)
     return role_layer([torch.from_numpy(x) for x in partials], params,
                       None if previous is None else torch.from_numpy(previous),
                       spec.basic).numpy()
