@@ -236,21 +236,21 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not YEAST.exists(), reason=f"benchmark data not found at {YEAST}")
-@pytest.mark.parametrize("parts", [1, 3])
-def test_relations_join_the_embedding_on_ray_as_in_one_process(cluster, tmp_path, parts):
-    """Triples whose relations join the propagation as nodes: the parts add up the roles'
-    rows each layer, and a Ray run writes one process's matches, bit for bit (featureless
-    yeast, where equal rows are many and a difference in the last bit reorders them), and
-    not those of a run without the relations."""
+def test_relations_join_the_embedding_on_ray_as_in_one_process(cluster, tmp_path):
+    """Triples whose relations join the propagation as nodes: the two parts add up the
+    roles' rows each layer, and a Ray run writes one process's matches, bit for bit
+    (featureless yeast, where equal rows are many and a difference in the last bit reorders
+    them: with the roles' rows summed in float32 it fails, at 10 layers with 11 other
+    targets of 1,004), and not those of a run without the relations."""
     paths = {}
     for name, graph in (("source", "yeast0_Y2H1.txt"), ("target", "yeast10_Y2H1.txt")):
         u, v = np.loadtxt(YEAST / graph, dtype=np.int64).T
         paths[name] = tmp_path / f"{name}.triples"
         paths[name].write_text("".join(f"{a}\tr{(a + b) % 3}\t{b}\n" for a, b in zip(u, v)))
     base = with_overrides(load_config(ROOT / "jobs" / "configs" / "yeast.toml"),
-                          **{"refine.steps": 10, "search.k": 50})
+                          **{"embed.layers": 4, "refine.steps": 10, "search.k": 50})
     run_job(job(base, tmp_path / "single", 0, **paths))
-    run_job(job(base, tmp_path / "ray", parts, **paths))
+    run_job(job(base, tmp_path / "ray", 2, **paths))
     assert_equal_matches(rows(tmp_path / "single")[0], rows(tmp_path / "ray")[0])
     run_job(job(with_overrides(base, **{"embed.relations": False}), tmp_path / "plain", 0,
                 **paths))
