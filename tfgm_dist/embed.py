@@ -59,7 +59,7 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     :math:`\\tilde{D}` summing a node's incoming weights (``mean``: counting them). Edges are
     made undirected unless ``directed``; a repeated edge counts once, at its largest weight,
     and a self-loop already given keeps its weight. ``degrees`` gives every node's
-    :math:`\tilde{D}` where ``edge_index`` holds only some nodes' edges (a part's).
+    :math:`\\tilde{D}` where ``edge_index`` holds only some nodes' edges (a part's).
 
     What PyG's ``to_undirected(reduce="max")``, ``add_remaining_self_loops``, ``coalesce``
     and ``gcn_norm`` compute (``tests/test_embed.py`` checks it against them), in plain torch:

@@ -215,7 +215,7 @@ class PartWorker(AuctionSide):
         self.blocks = [g.stacked(g.block()).to(device) for g in self.parts]
         self.role_blocks = [None if not g.num_roles else
                             tuple(b.to(device) for b in g.role_blocks()) for g in self.parts]
-        self.buffers: dict[tuple[int, int], np.ndarray] = {}  # per graph and width
+        self.buffers: dict[tuple[int, int, int], np.ndarray] = {}  # per graph, width, rows
         self.shard = SearchShard(device)
         self.P = 1  # parts of the run, told by :meth:`consensus`
         self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
