@@ -248,13 +248,13 @@ class PartWorker(AuctionSide):
               roles: np.ndarray | None, *needed: np.ndarray) -> Any:
         """:math:`F^{(l)}` rows of graph ``g``'s channel ``c`` from the previous layer's rows:
         ``own`` (this part's) and the slices of the parts in ``needs``. Where the channel
-        propagates over relation roles (:meth:`relational`), also from the previous layer's
+        propagates over relation roles (:meth:`_relational`), also from the previous layer's
         role rows ``roles`` (``None``: the input's, zeros), and if ``send`` the part's share
         of this layer's role rows before :func:`role_rows` adds them up."""
         start = time.perf_counter()
         params, relu = self.params[c][l], self.specs[c].relu
         share = None
-        if self.relational(g, c):
+        if self._relational(g, c):
             block, shares = self.role_blocks[g]
             if roles is None:
                 roles = np.zeros((shares.loops.numel(), own.shape[1]), own.dtype)
@@ -272,7 +272,7 @@ class PartWorker(AuctionSide):
         self.usage.add("embed", start)
         return self._out(g, out.cpu().numpy(), send, share)
 
-    def relational(self, g: int, c: int) -> bool:
+    def _relational(self, g: int, c: int) -> bool:
         """Whether channel ``c`` of graph ``g`` propagates over its relation roles too."""
         return self.specs[c].relations and self.role_blocks[g] is not None
 
