@@ -97,6 +97,17 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     return Operator(torch.stack([src, dst]), w, num_nodes)
 
 
+def with_roles(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int,
+               roles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``edge_index`` (and ``edge_weight``) with an edge of weight 1 from each node to every
+    relation role it plays: ``roles`` ``[2, M]`` ``(node, role)``, role ``r`` the node
+    ``num_nodes + r`` of the operator (:func:`tfgm_dist.pipeline.operators`)."""
+    edges = torch.cat([edge_index, torch.stack([roles[0], num_nodes + roles[1]])], dim=1)
+    weight = (None if edge_weight is None
+              else torch.cat([edge_weight, edge_weight.new_ones(roles.size(1))]))
+    return edges, weight
+
+
 @dataclass(frozen=True)
 class RoleShare:
     """Some nodes' share of a graph's relation-role rows, where the roles are nodes of the

@@ -25,7 +25,7 @@ import torch
 from . import assign, features, metrics
 from .config import Config, EmbedConfig, FeatureConfig
 from .embed import (Operator, embed_blocks, graph_operator, layer_params, role_share,
-                    row_block, whole)
+                    row_block, whole, with_roles)
 from .errors import InputError
 from .graph import Graph
 from .load import load_graph, load_id_list, load_pairs
@@ -290,9 +290,7 @@ def operators(pair: Pair, cfg: Config) -> tuple[Operator, Operator]:
     for g in (pair.source, pair.target):
         edges, weight, n = g.edge_index, g.edge_weight, g.num_nodes
         if ec.relations and g.num_roles:
-            edges = torch.cat([edges, torch.stack([g.roles[0], n + g.roles[1]])], dim=1)
-            if weight is not None:
-                weight = torch.cat([weight, weight.new_ones(g.roles.size(1))])
+            edges, weight = with_roles(edges, weight, n, g.roles)
             n += g.num_roles
         out.append(graph_operator(edges, n, ec.operator, self_loops=ec.self_loops,
                                   edge_weight=weight))

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..embed import (RoleShare, RowBlock, graph_operator, role_share, row_block,
-                     sparse_on_purpose, weighted_degrees)
+                     sparse_on_purpose, weighted_degrees, with_roles)
 from ..partition import Partition
 
 
@@ -65,30 +65,16 @@ class GraphPart:
         A role joins every node that plays it, in every part: its row is a sum over the
         parts, not a halo row, so the parts add up ``num_roles`` rows each layer instead of
         sending one role's members to one part."""
-        n, roles = self.num_nodes, self.roles
-        edges = torch.cat([self.edges, torch.stack([roles[0], n + roles[1]])], dim=1)
-        weights = (None if self.weights is None
-                   else torch.cat([self.weights, self.weights.new_ones(roles.size(1))]))
+        n = self.num_nodes
+        edges, weights = with_roles(self.edges, self.weights, n, self.roles)
         op = graph_operator(edges, n + self.num_roles, self.operator,
                             self_loops=self.self_loops, edge_weight=weights,
                             degrees=self.role_degrees)
         nodes = torch.from_numpy(self.nodes)
         block = row_block(op, nodes)
-        graph = int((block.halo < n).sum())
-        if not np.array_equal(block.halo[:graph].numpy(), self.halo):
+        if not np.array_equal(block.halo[block.halo < n].numpy(), self.halo):
             raise RuntimeError("a part's operator rows read another halo than was planned")
-        stack = self._stack()
-        col = block.adj.col_indices()
-        at, of_graph = stack.size + block.halo[col] - n, col < graph
-        at[of_graph] = torch.from_numpy(self.gather)[col[of_graph]]
-        with sparse_on_purpose():
-            rows = RowBlock(block.nodes, torch.cat([torch.from_numpy(stack),
-                                                    n + torch.arange(self.num_roles)]),
-                            torch.sparse_csr_tensor(block.adj.crow_indices(), at,
-                                                    block.adj.values(),
-                                                    (block.adj.size(0), stack.size
-                                                     + self.num_roles)))
-        return rows, role_share(op, n, nodes)
+        return self.stacked(block, self.num_roles), role_share(op, n, nodes)
 
     def _stack(self) -> np.ndarray:
         """The node numbers of the rows a layer receives, ``[own; each needed part's
@@ -99,20 +85,24 @@ class GraphPart:
         stack[self.gather] = self.halo
         return stack
 
-    def stacked(self, block: RowBlock) -> RowBlock:
+    def stacked(self, block: RowBlock, num_roles: int = 0) -> RowBlock:
         """``block`` (:meth:`block`) with its columns renumbered to the rows a layer
         receives, ``[own rows; each needed part's slice]`` (its ``halo`` then the node
-        numbers of those rows), so that a layer multiplies them as they arrive. Each row's
-        entries keep their order, so every sum is the same, bit for bit. Without the gather
-        of the halo rows (``rows[gather]``) a 1M-node pair's layer at P = 2 took 0.37 s
-        for a part, against 1.30 s (the gather and its new array's page faults)."""
-        stack = self._stack()
-        gather = torch.from_numpy(self.gather)
-        adj = block.adj
+        numbers of those rows), so that a layer multiplies them as they arrive; with
+        ``num_roles`` (:meth:`role_blocks`) every role's row after them, role ``r`` the
+        column of node ``num_nodes + r``. Each row's entries keep their order, so every sum
+        is the same, bit for bit. Without the gather of the halo rows (``rows[gather]``) a
+        1M-node pair's layer at P = 2 took 0.37 s for a part, against 1.30 s (the gather and
+        its new array's page faults)."""
+        stack, n, adj = self._stack(), self.num_nodes, block.adj
+        to = torch.cat([torch.from_numpy(self.gather),
+                        stack.size + block.halo[self.halo.size:] - n])  # graph, then roles
         with sparse_on_purpose():
-            renumbered = torch.sparse_csr_tensor(adj.crow_indices(), gather[adj.col_indices()],
-                                                 adj.values(), (adj.size(0), stack.size))
-        return RowBlock(block.nodes, torch.from_numpy(stack), renumbered)
+            renumbered = torch.sparse_csr_tensor(adj.crow_indices(), to[adj.col_indices()],
+                                                 adj.values(),
+                                                 (adj.size(0), stack.size + num_roles))
+        return RowBlock(block.nodes, torch.cat([torch.from_numpy(stack),
+                                                n + torch.arange(num_roles)]), renumbered)
 
 
 def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
@@ -161,11 +151,9 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
     num_roles = int(roles[1].max()) + 1
     role_degrees = None
     if operator != "sum":  # over the edges and the roles, as pipeline.operators joins them
-        summed = graph_operator(torch.cat([edge_index, torch.stack([roles[0],
-                                                                    num_nodes + roles[1]])], 1),
-                                num_nodes + num_roles, "sum", self_loops=self_loops,
-                                edge_weight=None if edge_weight is None else torch.cat(
-                                    [edge_weight, edge_weight.new_ones(roles.size(1))]))
+        edges, weights = with_roles(edge_index, edge_weight, num_nodes, roles)
+        summed = graph_operator(edges, num_nodes + num_roles, "sum", self_loops=self_loops,
+                                edge_weight=weights)
         dst = summed.edge_index[1]
         role_degrees = (torch.bincount(dst, minlength=num_nodes + num_roles)
                         if operator == "mean"
