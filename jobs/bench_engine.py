@@ -303,6 +303,13 @@ def bench_dbp(pairs: list[str], encoder: bool) -> None:
                           f"{d['decode_s']:.1f} | {r['peak'] / 2**30:.2f} GiB |", flush=True)
 
 
+def protocol_args(p: dict[str, Path]) -> list[str]:
+    """``tfgm-dist align``'s inputs of a prepared layout (:data:`LAYOUTS`): the graphs, the
+    gold, and the test sources and targets where the layout restricts to them."""
+    return [str(p["source"]), str(p["target"]), "--gold", str(p["gold"])] + [
+        arg for key in ("candidates", "queries") if key in p for arg in (f"--{key}", str(p[key]))]
+
+
 def bench_dbp_end_to_end(pairs: list[str], seeds: bool, layout: str = "translated",
                          sets: tuple[str, ...] = ()) -> None:
     """``sets``: ``KEY=VALUE`` settings passed to every run (``--set``), an ablation."""
@@ -317,10 +324,7 @@ def bench_dbp_end_to_end(pairs: list[str], seeds: bool, layout: str = "translate
     for pair_name in pairs:
         with tempfile.TemporaryDirectory() as tmp:
             p = prepare(pair_name, Path(tmp) / "in")
-            args = [str(p["source"]), str(p["target"]), "--out", f"{tmp}/out",
-                    "--gold", str(p["gold"])] + [
-                arg for key in ("candidates", "queries") if key in p
-                for arg in (f"--{key}", str(p[key]))]
+            args = protocol_args(p) + ["--out", f"{tmp}/out"]
             wall, m = run_cli(args + (["--seeds", str(p["seeds"])] if seeds else [])
                               + [arg for kv in sets for arg in ("--set", kv)])
         est = m.get("estimate", {})

@@ -48,7 +48,7 @@ import ray
 import torch
 
 from jobs import warn_uncompiled
-from jobs.bench_engine import DATA, LAYOUTS, run_cli
+from jobs.bench_engine import DATA, LAYOUTS, protocol_args, run_cli
 from tfgm_dist.search import Candidates
 
 STAGES = ("load", "estimate", "bootstrap", "features", "partition", "embed", "search",
@@ -87,10 +87,7 @@ def bench_dbp(pairs: list[str], partitions: list[int], layout: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             p = prepare(pair, Path(tmp) / "in")
             _table(f"DBP15k {pair} (seeds, no config{title})",
-                   [str(p["source"]), str(p["target"]), "--seeds", str(p["seeds"]), "--gold",
-                    str(p["gold"])] + [arg for key in ("candidates", "queries") if key in p
-                                       for arg in (f"--{key}", str(p[key]))],
-                   partitions, Path(tmp))
+                   protocol_args(p) + ["--seeds", str(p["seeds"])], partitions, Path(tmp))
 
 
 def synth(folder: str, n: int) -> None:
