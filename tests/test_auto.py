@@ -217,6 +217,38 @@ def test_anchor_channel_counts_walks_to_the_seeds_by_hand():
     assert torch.equal(o_s, o_t)
 
 
+def test_walked_anchors_are_each_seed_s_personalised_pagerank_by_hand():
+    """Path 0-1-2, a seed at 0, restart 1/2: r = e_0 / 2 + A D^-1 r / 2, so r_2 = r_1 / 4,
+    r_1 = (r_0 + r_1 / 4) / 2 and r_0 = 1/2 + r_1 / 4: r = (7, 4, 1) / 12, the walks' mass
+    summed to 1; an edge-less node keeps its own restart share."""
+    path = graph([(0, 1), (1, 2)], 4)
+    x = torch.zeros(4, 2)
+    x[0, 0], x[3, 1] = 1.0, 1.0
+    r = features.walked(x, path.edge_index, 4, 0.5)
+    expected = torch.tensor([[7 / 12, 0], [4 / 12, 0], [1 / 12, 0], [0, 0.5]])
+    assert torch.allclose(r, expected, atol=features.WALK_TOLERANCE)
+    cfg = from_dict({"features": {"kind": "degree-onehot"},
+                     "anchors": {"enabled": True, "restart": 0.5}})
+    pair = pipeline.Pair(path, path, seeds=(np.array([0, 3]), np.array([0, 3])))
+    assert torch.equal(pipeline.channels(pair, cfg)[-1].x_s, r)
+    with pytest.raises(ValueError, match="restart"):
+        features.walked(x, path.edge_index, 4, 1.0)
+
+
+def test_seeded_featureless_pairs_walk_their_anchors_others_keep_them(seeded_pair):
+    """The anchors are walked (auto.WALK_RESTART) where seeds meet no names or vectors; a
+    pair with vectors, or without seeds, keeps them as they are, and the user's value wins."""
+    featureless = from_dict({"features": {"kind": "degree-sinusoidal"}})
+    cfg, report = auto.settle(seeded_pair, featureless)
+    assert cfg.anchors.restart == auto.WALK_RESTART and "random walks" in report["why"]["anchors"]
+    assert auto.settle(seeded_pair, Config())[0].anchors.restart == 0  # its nodes' vectors
+    unseeded = replace(seeded_pair, seeds=None)
+    assert auto.settle(unseeded, featureless)[0].anchors.restart == 0
+    user = from_dict({"features": {"kind": "degree-sinusoidal"}, "anchors": {"restart": 0.2}})
+    cfg, report = auto.settle(seeded_pair, user)
+    assert cfg.anchors.restart == 0.2 and "anchors.restart" in report["kept_from_user"]
+
+
 def test_anchors_beyond_the_width_are_projected_and_keep_inner_products():
     m, dim = 2000, 256
     s, t = features.anchors(3000, 3000, torch.arange(m), torch.arange(m), dim, seed=1)

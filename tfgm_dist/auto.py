@@ -160,6 +160,15 @@ ANCHOR_LAYERS = (1, 2, 3, 4)
 # chose 2. The weight the hints choose holds up: 0.25 on DBP15k, where 0.5 and 1 gave zh
 # 94.23 / 92.96 and ja 97.27 / 96.35.
 HINTED_ANCHOR_LAYERS = 4
+# With seeds and no content, the anchor indicators are spread by a random walk restarting with
+# this probability before the layers (features.walked): Hits@1 on 11 featureless dev pairs
+# -2.3 to +3.0 (+1.2 in all), on 7 whose copies share fewer edges (30-50 % of the edges dropped
+# from each, as platforms share few) -1.2 to +4.0 (+8.0 in all: a yeast copy 17.5 -> 21.5).
+# Restart 0.15 did as well in twice the steps. Chosen per pair on the held-out seeds among
+# both forms instead: +0.8 and +4.4 (the weight and depth chosen with them noisier). Names
+# lost 0.4 on DBP15k zh-en with seeds (97.1 -> 96.7), where content ranks most pairs already;
+# unseeded runs' hints (yeast's protocol) keep them as they are.
+WALK_RESTART = 0.3
 # Without seeds a first pass can be mostly wrong: on attributed copies of DBP15k zh / flickr /
 # yeast with 2 of 64 words a node it decodes 12 / 15 / 48 % right, DBP15k zh-en as shipped
 # (names from the URIs, transliterated) a third, a DBP15k structure copy keeping 80 % of the
@@ -299,6 +308,11 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
         chosen["anchors.enabled"] = True
         why["anchors"] = (f"{pair.seeds[0].size} seeds: each node also described by its "
                           "walks to them")
+        if kind.startswith("degree"):
+            chosen["anchors.restart"] = WALK_RESTART
+            why["anchors"] += (f", first spread by random walks restarting with probability "
+                               f"{WALK_RESTART:g} (featureless: the seeds are what tells nodes "
+                               "apart, however far from them)")
     exact, on = n <= EXACT_MAX_NODES, device(cfg)
     chosen["device"] = on.type
     # the same sizes on a GPU: an exact search with refinement of a 300,000-node pair there

@@ -144,6 +144,10 @@ class AnchorConfig:
     # 96.0 / 98.2 / 99.2; 11 featureless and 12 attributed dev pairs -1.1 to +3.1) for 10-25 %
     # less time (DBP15k zh-en 28 -> 23 s); 64 lost 0.4-0.6 points on a DBP15k structure copy
     dim: Positive = 128
+    # > 0: the indicators first spread by a random walk that restarts with this probability
+    # (features.walked), before the layers; 0: as they are. With no config, seeded pairs
+    # without names or vectors get auto.WALK_RESTART.
+    restart: Annotated[Float, Field(ge=0, lt=1)] = 0.0
 
 
 @dataclass(frozen=True, config=SECTION)
