@@ -484,11 +484,18 @@ def test_calibration_fits_a_monotone_step_and_keeps_nan():
     fit = estimate.calibrate(margin, np.array([1, 0, 1, 1, 0, 0]), "held-out seeds")
     got = fit(torch.tensor([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, float("nan")]))
     assert torch.isnan(got[-1]) and bool((got[:-1].diff() >= 0).all())
-    # steps of 1 wrong and 1 right, shrunk by Laplace's rule: 1/3 and 2/3, never 0 or 1
-    assert float(got[0]) == pytest.approx(1 / 3) and float(got[5]) == pytest.approx(2 / 3)
+    # steps of 1 wrong and 1 right, shrunk by two points at (3 + 1) / (5 + 2) right: never
+    # 0 or 1
+    prior = 4 / 7
+    assert float(got[0]) == pytest.approx(2 * prior / 3)
+    assert float(got[5]) == pytest.approx((1 + 2 * prior) / 3)
     many = estimate.calibrate(torch.linspace(0, 1, 600), np.r_[np.zeros(300), np.ones(300)],
                               "held-out seeds")
     assert many(torch.tensor([1.0])).item() == pytest.approx(301 / 302)
+    # flickr_myspace's held-out seeds: 1 right of 4, its top step 1 of 2, below even odds
+    few = estimate.calibrate(torch.tensor([float("nan"), -0.0006, 0.5964, 0.2491, 0.4686]),
+                             np.array([0, 0, 0, 0, 1]), "held-out seeds")
+    assert few(torch.tensor([1.0])).item() == pytest.approx((1 + 2 / 3) / 4)  # < 0.5
 
 
 def test_equal_margins_are_one_point_of_the_calibration():
@@ -497,8 +504,9 @@ def test_equal_margins_are_one_point_of_the_calibration():
     margin = torch.tensor([0.0] * 8 + [0.9, 0.95])
     label = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])  # 2 of the 8 ties right, sorted last
     fit = estimate.calibrate(margin, label, "held-out seeds")
-    assert fit(torch.tensor([0.0])).item() == pytest.approx((2 + 1) / (8 + 2))
-    assert fit(torch.tensor([0.95])).item() == pytest.approx((2 + 1) / (2 + 2))
+    prior = (4 + 1) / (10 + 2)
+    assert fit(torch.tensor([0.0])).item() == pytest.approx((2 + 2 * prior) / (8 + 2))
+    assert fit(torch.tensor([0.95])).item() == pytest.approx((2 + 2 * prior) / (2 + 2))
     shuffled = estimate.calibrate(margin, label[[6, 0, 7, 1, 2, 3, 4, 5, 8, 9]], "held-out seeds")
     assert np.array_equal(shuffled.value, fit.value)
 
