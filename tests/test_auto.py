@@ -484,11 +484,8 @@ def test_calibration_fits_a_monotone_step_and_keeps_nan():
     fit = estimate.calibrate(margin, np.array([1, 0, 1, 1, 0, 0]), "held-out seeds")
     got = fit(torch.tensor([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, float("nan")]))
     assert torch.isnan(got[-1]) and bool((got[:-1].diff() >= 0).all())
-    # steps of 1 wrong and 1 right, shrunk by two points at (3 + 1) / (5 + 2) right: never
-    # 0 or 1
-    prior = 4 / 7
-    assert float(got[0]) == pytest.approx(2 * prior / 3)
-    assert float(got[5]) == pytest.approx((1 + 2 * prior) / 3)
+    # steps of 1 wrong and 1 right; most are right, so shrunk by Laplace's rule: 1/3 and 2/3
+    assert float(got[0]) == pytest.approx(1 / 3) and float(got[5]) == pytest.approx(2 / 3)
     many = estimate.calibrate(torch.linspace(0, 1, 600), np.r_[np.zeros(300), np.ones(300)],
                               "held-out seeds")
     assert many(torch.tensor([1.0])).item() == pytest.approx(301 / 302)
