@@ -6,6 +6,7 @@
     python -m jobs.bench_social --only attributed            # the same, nodes with bags of words
     python -m jobs.bench_social --only uneven                # one copy keeps 35 % of the nodes
     python -m jobs.bench_social --only full                  # both copies keep every node
+    python -m jobs.bench_social --only sparse                # copies sharing few edges
     python -m jobs.bench_social --only counts                # nodes with Poisson counts
     python -m jobs.bench_social --only counts --set features.root_counts=false  # side by side
 
@@ -26,7 +27,8 @@ Pairs: the real ``social/flickr_lastfm`` and ``social/flickr_myspace`` (``--only
 development pairs (``--only dev``): two partially overlapping noisy copies of one real graph
 (:func:`noisy_copies`: fixed random seeds, so every run builds the same pairs) with 20 % of the
 true pairs as seeds; ``--only uneven``: one copy keeps every node, the other 35 %; ``--only
-full``: both keep every node.
+full``: both keep every node; ``--only sparse``: each copy drops 30-50 % of the edges, so
+the two share few (as two platforms' networks do).
 ``--set KEY=VALUE`` is passed on to every tfgm-dist run (an ablation beside the defaults).
 ``--pairs`` keeps the pairs whose name starts with one of its
 comma-separated values. On 2 cores the RWR baseline takes about 4 minutes for all pairs
@@ -85,6 +87,15 @@ DEV_FULL = (
     ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [(1.0, 0.05)]),
     ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(1.0, 0.05)]),
     ("dbp15k_en", "dbp15k/zh_en/triples_2", [(1.0, 0.1)]),
+)
+# Copies sharing few edges: each drops 30-50 % of them, so a quarter to a half of an edge's
+# copies survive in both (two platforms' networks of the same people), with seeds.
+DEV_SPARSE = (
+    ("yeast", "yeast_ppi/yeast0_Y2H1.txt", [(0.8, 0.5), (0.9, 0.4), ((1.0, 0.35), 0.4)]),
+    ("flickr_lastfm.source", "social/flickr_lastfm/source_edges.tsv", [(0.8, 0.3)]),
+    ("dbp15k_zh", "dbp15k/zh_en/triples_1", [(0.8, 0.4)]),
+    ("dbp15k_en", "dbp15k/zh_en/triples_2", [(0.8, 0.4)]),
+    ("dbp15k_fr", "dbp15k/fr_en/triples_1", [((1.0, 0.5), 0.3)]),
 )
 VOCABULARY, WORDS, WORD_DROP = 1000, 4, 0.25
 COUNT_SCALE = 3.0  # the count pairs' mean count of a node's average column
@@ -526,6 +537,8 @@ DEV_SETS = {
                      "(keep = source-target), featureless and with 2 of 64 words per node "
                      "(+2of64words); the rows 'no seeds' ran without --seeds", DEV_UNEVEN,
                      ((0, 0), ATTRIBUTES[1]), True),
+    "sparse": DevSet("Sparse development pairs: each copy drops 30-50 % of the edges (keep = "
+                     "node kept per copy, or source-target)", DEV_SPARSE, ((0, 0),), False),
     "full": DevSet("Full development pairs: both copies keep every node, each drops a share of "
                    "the edges; the rows 'no seeds' ran without --seeds", DEV_FULL, ((0, 0),),
                    True),
