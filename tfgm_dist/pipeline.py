@@ -308,9 +308,10 @@ def channels(pair: Pair, cfg: Config) -> list[features.Channel]:
     nothing about the other nodes), where ``cfg.anchors.restart`` is set first spread by a
     random walk with restart (:func:`features.walked`). Hints are guesses and are not
     tied: that would make their own rows certain (measured on DBP15k zh_en without seeds
-    with the two-channel swap: 92.9 both ways, at twice the content width). When ``cfg.structure.enabled`` (names
-    or vectors), the structure channel between them: the content, projected to
-    ``cfg.structure.dim``, propagated through the featureless setting's deep layers.
+    with the two-channel swap: 92.9 both ways, at twice the content width). When
+    ``cfg.structure.enabled`` (names or vectors), the structure channel between them: the
+    content, projected to ``cfg.structure.dim``, propagated through the featureless
+    setting's deep layers.
     """
     x_s, x_t = input_features(pair, cfg)
     kind = feature_kind(pair, cfg)
