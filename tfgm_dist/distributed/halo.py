@@ -120,11 +120,9 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
     P, u, v = parting.num_parts, edge_index[0], edge_index[1]
     part = torch.from_numpy(parting.part)
     on_u, on_v = part[u], part[v]
-    degrees = None
-    if operator == "gcn":  # D^-1/2 of the neighbours too: one sum over the whole graph
-        summed = graph_operator(edge_index, num_nodes, "sum", self_loops=self_loops,
-                                edge_weight=edge_weight)
-        degrees = weighted_degrees(summed.edge_index[1], summed.edge_weight, num_nodes)
+    # gcn's D^-1/2 of the neighbours too: the whole graph's (mean's rows need their own only)
+    degrees = (_degrees(edge_index, edge_weight, num_nodes, operator, self_loops)
+               if operator == "gcn" else None)
     nodes = [parting.nodes(p) for p in range(P)]
     halos = [np.unique(torch.cat([u[on_v == p], v[on_u == p]]).numpy()) for p in range(P)]
     if self_loops:
@@ -149,18 +147,25 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
     if roles is None or not roles.numel():
         return plans
     num_roles = int(roles[1].max()) + 1
-    role_degrees = None
-    if operator != "sum":  # over the edges and the roles, as pipeline.operators joins them
-        edges, weights = with_roles(edge_index, edge_weight, num_nodes, roles)
-        summed = graph_operator(edges, num_nodes + num_roles, "sum", self_loops=self_loops,
-                                edge_weight=weights)
-        dst = summed.edge_index[1]
-        role_degrees = (torch.bincount(dst, minlength=num_nodes + num_roles)
-                        if operator == "mean"
-                        else weighted_degrees(dst, summed.edge_weight, num_nodes + num_roles))
+    # a role's row sums over every part: its degree is the whole graph's, over the edges and
+    # the roles as pipeline.operators joins them
+    role_degrees = (None if operator == "sum" else
+                    _degrees(*with_roles(edge_index, edge_weight, num_nodes, roles),
+                             num_nodes + num_roles, operator, self_loops))
     on = part[roles[0]]
     return [replace(gp, roles=roles[:, on == p].clone(), num_roles=num_roles,
                     role_degrees=role_degrees) for p, gp in enumerate(plans)]
+
+
+def _degrees(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int,
+             operator: str, self_loops: bool) -> torch.Tensor:
+    """Every node's :math:`\\tilde{D}` of ``operator`` (mean or gcn) over the whole graph,
+    as :func:`~tfgm_dist.embed.graph_operator` computes it: its ``degrees`` for a part."""
+    summed = graph_operator(edge_index, num_nodes, "sum", self_loops=self_loops,
+                            edge_weight=edge_weight)
+    dst = summed.edge_index[1]
+    return (torch.bincount(dst, minlength=num_nodes) if operator == "mean"
+            else weighted_degrees(dst, summed.edge_weight, num_nodes))
 
 
 def with_edges(plan: GraphPart, edge_index: np.ndarray, edge_weight: np.ndarray | None,
