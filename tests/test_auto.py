@@ -479,6 +479,42 @@ def test_a_hint_keeps_the_confidence_of_the_pass_that_found_it_over_rounds():
     assert bool((second.confidence[4:] < 1).all())
 
 
+def test_with_seeds_a_told_row_keeps_its_hint_s_confidence_and_leaves_the_fit():
+    """With seeds, a row decoded to the hint its pass was told (an anchor: margin near 1)
+    gets the confidence the hint had when found, and the held-out fit leaves such rows out;
+    a told row decoded elsewhere is fitted as any row."""
+    result = _decoded_pass([0.95, 0.95, 0.95, 0.95, 0.2, 0.1, 0.6, 0.5], [True] * 8)
+    result = replace(result, matched=torch.tensor([0, 1, 9, 3, 4, 5, 6, 7]))
+    told = estimate.Told(np.array([3, 0, 2]), np.array([3, 0, 2]), np.array([0.3, 0.4, 0.5]))
+    hit, was = told.of(result)
+    assert hit.tolist() == [True, False, False, True, False, False, False, False]
+    assert was[0] == 0.4 and was[3] == 0.3 and np.isnan(was[[1, 2, 4]]).all()
+    # held out: every row; the told rows 0 and 3 right, but they do not make the top step
+    held = (np.arange(8), np.array([0, 1, 2, 3, 8, 8, 6, 8]))
+    fit = estimate.fitted([result], [held], [told])
+    untold_rows = torch.tensor([1, 2, 4, 5, 6, 7])
+    top = torch.tensor([0.95])
+    assert fit(top).item() == estimate.fitted([result.take_rows(untold_rows)], [held])(top).item()
+    conf = estimate.confidence(result, fit, told)
+    assert conf[0].item() == pytest.approx(0.4) and conf[3].item() == pytest.approx(0.3)
+    untold = fit(estimate.margins(result))
+    assert torch.equal(conf[untold_rows], untold[untold_rows])
+    assert conf[0] < untold[0]  # the anchored margin alone would say more
+
+
+def test_with_seeds_the_final_hinted_rows_keep_the_confidence_they_were_found_with(seeded_pair):
+    """A seeded run's final pass is told the hints of its rounds or last pass: its rows
+    decoded to them are written with the confidence the hints had (:class:`estimate.Told`)."""
+    final, cfg, prepared = auto.prepare(seeded_pair, Config(), Stopwatch())
+    assert final.hints is not None and prepared.told is not None
+    assert np.isin(final.hints[0], prepared.told.sources).all()
+    result = prepared.finish(pipeline.align(final, cfg, Stopwatch()))
+    hit, was = prepared.told.of(result)
+    assert hit.sum() > 0.5 * final.hints[0].size
+    assert np.allclose(result.confidence.numpy()[hit], was[hit])
+    assert (prepared.told.confidence >= auto.HINT_CONFIDENCE).all()
+
+
 def test_calibration_fits_a_monotone_step_and_keeps_nan():
     margin = torch.tensor([0.9, 0.1, 0.5, 0.3, float("nan"), 0.7])
     fit = estimate.calibrate(margin, np.array([1, 0, 1, 1, 0, 0]), "held-out seeds")
@@ -658,13 +694,14 @@ def test_seeded_hints_are_the_mutual_best_matches_of_a_clear_margin(tmp_path):
     hints = auto.confident_matches(result, fit)
     confidence = fit(estimate.margins(result)).numpy()
     row_of = {int(r): i for i, r in enumerate(result.rows.numpy())}
-    assert 0 < hints[0].size < mutual[0].size  # some, not all, of the mutual matches
-    assert np.isin(hints[0], mutual[0]).all()
-    assert all(confidence[row_of[int(s)]] >= auto.HINT_CONFIDENCE for s in hints[0])
-    dropped = np.setdiff1d(mutual[0], hints[0])
+    assert 0 < hints.sources.size < mutual[0].size  # some, not all, of the mutual matches
+    assert np.isin(hints.sources, mutual[0]).all()
+    assert all(confidence[row_of[int(s)]] >= auto.HINT_CONFIDENCE for s in hints.sources)
+    assert np.allclose(hints.confidence, [confidence[row_of[int(s)]] for s in hints.sources])
+    dropped = np.setdiff1d(mutual[0], hints.sources)
     assert all(confidence[row_of[int(s)]] < auto.HINT_CONFIDENCE for s in dropped)
     everything = auto.confident_matches(result, fit, at_least=0.0)
-    assert np.array_equal(everything[0], mutual[0])
+    assert np.array_equal(everything.sources, mutual[0])
 
 
 @needs_yeast
@@ -748,7 +785,7 @@ def test_hints_do_not_grow_where_the_first_pass_is_sure_or_round_1_keeps_fewer_e
         assert report["grown_edges_kept"][1] <= report["grown_edges_kept"][0]
     else:
         assert report["median_margin"] >= auto.GROWN_MARGIN and "grown_edges_kept" not in report
-    assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first)[0])
+    assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first).sources)
     assert "selected" in report  # the last round's weight chosen on held-out hints
     assert 1 <= report["rounds"] <= len(report["edges_kept"])
 
@@ -779,7 +816,7 @@ def test_rounds_of_confident_hints_go_on_while_a_round_keeps_more_edges(
     assert len(passes) == len(kept)  # the first pass and every checked round's
     assert torch.equal(prepared.first.matched, passes[hinted_by].matched)
     assert torch.equal(prepared.first.candidates.scores, passes[hinted_by].candidates.scores)
-    assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first)[0])
+    assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first).sources)
 
 
 @needs_yeast

@@ -650,15 +650,17 @@ def _describe(choice: tuple[float, int] | None) -> str:
 @dataclass
 class Prepared:
     """What the run learnt before its final pass: the report of its choices, and with seeds
-    the held-out estimate and the calibration of the confidence (``None`` without seeds:
-    then the final pass calibrates on itself, :func:`estimate.self_calibrated`); without
-    seeds but bootstrapped, the pass whose matches are the hints, whose confidence the hinted
-    rows keep (:func:`estimate.self_calibrated`)."""
+    the held-out estimate, the calibration of the confidence (``None`` without seeds:
+    then the final pass calibrates on itself, :func:`estimate.self_calibrated`) and the
+    hints, whose confidence the hinted rows keep (:class:`estimate.Told`); without seeds but
+    bootstrapped, the pass whose matches are the hints, whose confidence the hinted rows
+    keep (:func:`estimate.self_calibrated`)."""
 
     report: dict[str, Any]
     estimate: dict[str, Any] | None = None
     calibration: estimate.Calibration | None = None
     first: Result | None = None
+    told: estimate.Told | None = None  # with seeds, the final pass's hints
 
     def finish(self, result: Result, gold: tuple[np.ndarray, np.ndarray] | None = None
                ) -> Result:
@@ -676,7 +678,7 @@ class Prepared:
         backward search to calibrate on; the confidence fitted on the held-out seeds, and
         with ``gold`` the reliability counts in the part's metrics."""
         if self.calibration is not None:
-            piece.confidence = self.calibration(estimate.margins(piece))
+            piece.confidence = estimate.confidence(piece, self.calibration, self.told)
         if gold is not None and piece.confidence is not None:
             piece.metrics["reliability"] = metrics.reliability(
                 piece.confidence, piece.matched, piece.rows, *gold)
@@ -704,19 +706,20 @@ def mutual_matches(result: Result) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def confident_matches(result: Result, fit: estimate.Calibration | None = None,
-                      at_least: float = HINT_CONFIDENCE) -> tuple[np.ndarray, np.ndarray] | None:
+                      at_least: float = HINT_CONFIDENCE, told: estimate.Told | None = None
+                      ) -> estimate.Told | None:
     """The :func:`mutual_matches` of ``result`` whose confidence is at least ``at_least``:
-    the hints of a bootstrapping round (:data:`HINT_CONFIDENCE`). The confidence is ``fit``
-    (with seeds, fitted on the held-out ones), else what ``result`` says of itself: the fit
-    on its own mutual best matches (:func:`estimate.on_mutual`)."""
-    mutual = mutual_matches(result)
-    if mutual is None:
+    the hints of a bootstrapping round (:data:`HINT_CONFIDENCE`), with that confidence.
+    It is ``fit`` (with seeds, fitted on the held-out ones; ``result``'s rows decoded to the
+    hints it was ``told`` keep theirs, :func:`estimate.confidence`), else what ``result``
+    says of itself: the fit on its own mutual best matches (:func:`estimate.on_mutual`)."""
+    if result.mutual is None:
         return None
-    margin, is_mutual = estimate.margins(result), result.mutual.numpy()
+    is_mutual = result.mutual.numpy()
     if fit is None:
-        fit = estimate.on_mutual(margin, is_mutual)
-    sure = (fit(margin) >= at_least).numpy()[is_mutual]
-    return mutual[0][sure], mutual[1][sure]
+        fit = estimate.on_mutual(estimate.margins(result), is_mutual)
+    sure = estimate.confidence(result, fit, told)
+    return estimate.told(result, sure, is_mutual & (sure >= at_least).numpy())
 
 
 def _apart_from(hints: tuple[np.ndarray, np.ndarray], seeds: tuple[np.ndarray, np.ndarray]
@@ -744,12 +747,14 @@ def _hinted_outside_seeded(pair: Pair, hints: Pairs | None) -> tuple[Pair, int]:
     return replace(pair, seeds=seeds, hints=(hints[0][~out], hints[1][~out])), int(out.sum())
 
 
-def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration
-                    ) -> tuple[Pair, dict[str, int]]:
+def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration,
+                    told: estimate.Told | None) -> tuple[Pair, estimate.Told | None,
+                                                       dict[str, int]]:
     """With seeds: ``pair`` with the hints of one more pass over every node of both graphs,
-    which knows every seed and the hints of the held-out rounds: its mutual best matches of
-    confidence (``fit``, on the held-out seeds) at least :data:`HINT_CONFIDENCE`, those the
-    output leaves out on both sides as seeds (:func:`_hinted_outside_seeded`); and the
+    which knows every seed and the hints of the held-out rounds (``told``, ``pair.hints``
+    with their confidence): its mutual best matches of confidence (``fit``, on the held-out
+    seeds) at least :data:`HINT_CONFIDENCE`, those the output leaves out on both sides as
+    seeds (:func:`_hinted_outside_seeded`); those hints with their confidence; and the
     report.
 
     The held-out runs know a tenth fewer seeds, so their hints are fewer and less often
@@ -760,22 +765,22 @@ def _from_the_whole(pair: Pair, cfg: Config, fit: estimate.Calibration
     a DBP15k structure copy 71.85 -> 72.33. Only where :func:`_whole_pays`."""
     whole = replace(pair, queries=None, candidates=None, gold=None)
     last = pipeline.align(whole, _apply(cfg, {"assign.polish": False}), Stopwatch())
-    sure = confident_matches(last, fit)
+    sure = confident_matches(last, fit, told=told)
     if sure is None:
-        return pair, {"hints": 0, "outside_as_seeds": 0}
-    pair, outside = _hinted_outside_seeded(pair, _apart_from(sure, pair.seeds))
-    return pair, {"hints": int(sure[0].size), "outside_as_seeds": outside}
+        return pair, told, {"hints": 0, "outside_as_seeds": 0}
+    pair, outside = _hinted_outside_seeded(pair, _apart_from(sure.pairs, pair.seeds))
+    return pair, sure, {"hints": int(sure.sources.size), "outside_as_seeds": outside}
 
 
 def _whole_pays(trial: Pair, guess: Result, fit: estimate.Calibration,
-                rounds: dict[str, Any]) -> bool:
+                told: estimate.Told | None, rounds: dict[str, Any]) -> bool:
     """Whether :func:`_from_the_whole` runs: no held-out round was tried and lost (the
     ``rounds`` report: there the held-out seeds say hints hurt; a yeast network against a
     copy of a third of it lost 46.4 -> 43.9 with the pass, though DBP15k zh-en ranked
     against every target gained 95.0 -> 95.5), and the held-out run ``guess`` of ``trial``
-    is sure of at least :data:`MIN_HINT_SHARE` as many matches as ``trial`` knows seeds: the
-    real flickr_lastfm's held-out run is sure of too few, and the pass changed nothing there
-    for 31 s more.
+    (``told`` its hints) is sure of at least :data:`MIN_HINT_SHARE` as many matches as
+    ``trial`` knows seeds: the real flickr_lastfm's held-out run is sure of too few, and the
+    pass changed nothing there for 31 s more.
 
     Also where the held-out runs miss almost nothing, and no round starts (:data:`MIN_MISSED`):
     they cannot show a gain, but the pass makes one. DBP15k fr-en in OpenEA's files
@@ -784,8 +789,8 @@ def _whole_pays(trial: Pair, guess: Result, fit: estimate.Calibration,
     98.29; four other such pairs (attributed copies) as before, 0.1-2.8 s later."""
     if rounds["tried"] and not rounds["rounds"]:
         return False
-    sure = confident_matches(guess, fit)
-    return sure is not None and sure[0].size >= MIN_HINT_SHARE * trial.seeds[0].size
+    sure = confident_matches(guess, fit, told=told)
+    return sure is not None and sure.sources.size >= MIN_HINT_SHARE * trial.seeds[0].size
 
 
 def _missed(found: dict[str, Any]) -> int:
@@ -880,18 +885,19 @@ def prepared_by_passes(pair: Pair, asked: Config, cfg: Config, report: dict[str,
         cfg, guesses, decoding = _decoded(trials, cfg)
         if decoding is not None:
             report["decoding"] = decoding
-        found, hints = estimate.held_out(guesses, helds), None
+        found, told = estimate.held_out(guesses, helds), None
         if cfg.bootstrap.rounds:
-            guesses, found, hints, report["bootstrap"] = _rounds(trials, guesses, found, cfg)
-        fit = estimate.fitted(guesses, helds)
+            guesses, found, told, report["bootstrap"] = _rounds(trials, guesses, found, cfg)
+        fit = estimate.fitted(guesses, helds, told)
+    hints = None if told is None else told[0]
     if hints is not None:
-        pair = replace(pair, hints=_apart_from(hints, pair.seeds))
-    if cfg.bootstrap.rounds and _whole_pays(trials[0][0], guesses[0], fit,
+        pair = replace(pair, hints=_apart_from(hints.pairs, pair.seeds))
+    if cfg.bootstrap.rounds and _whole_pays(trials[0][0], guesses[0], fit, hints,
                                             report["bootstrap"]):
         with watch.stage("bootstrap"):
-            pair, report["bootstrap"]["whole"] = _from_the_whole(pair, cfg, fit)
+            pair, hints, report["bootstrap"]["whole"] = _from_the_whole(pair, cfg, fit, hints)
     found = {**found, "confidence_fitted_on": fit.fitted_on}
-    return pair, cfg, Prepared(report, found, fit)
+    return pair, cfg, Prepared(report, found, fit, told=hints)
 
 
 def passes(pair: Pair, cfg: Config) -> bool:
@@ -906,17 +912,18 @@ def passes(pair: Pair, cfg: Config) -> bool:
 
 
 def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict[str, Any],
-            cfg: Config) -> tuple[list[Result], dict[str, Any], Pairs | None, dict[str, Any]]:
+            cfg: Config) -> tuple[list[Result], dict[str, Any], list[estimate.Told] | None,
+                                  dict[str, Any]]:
     """Seeded bootstrapping on the folds' runs ``guesses`` (estimate ``found``): each round
     the :func:`confident_matches` of every fold become its hints, kept while the held-out
     estimate improves. Rounds the user did not ask for do not start where the held-out run
     misses fewer than :data:`MIN_MISSED` seeds, the hints are fewer than
     :data:`MIN_HINT_SHARE` of the kept seeds, or the round before gained less than
     :data:`MIN_ROUND_GAIN`. Returns the runs and estimate of the last kept
-    round, its first fold's hints (``None`` when no round was kept) and the report."""
+    round, each fold's hints in it (``None`` when no round was kept) and the report."""
     helds = [held for _, held in trials]
     chosen = not cfg.is_set("bootstrap.rounds")
-    rounds, hints, tried, kept, why = cfg.bootstrap.rounds, None, [], 0, None
+    rounds, told, tried, kept, why = cfg.bootstrap.rounds, None, [], 0, None
     seeds = sum(trial.seeds[0].size for trial, _ in trials)
     missed = _missed(found)
     if chosen and missed < MIN_MISSED:
@@ -927,25 +934,27 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
             why = (f"the last round lifted the held-out Hits@1 by {tried[-1]['gain']:.4f}: "
                    "too little for another pass")
             break
-        sure = estimate.fitted(guesses, helds)
-        more = [confident_matches(guess, sure) for guess in guesses]
-        if any(m is None or m[0].size == 0 for m in more):
+        sure = estimate.fitted(guesses, helds, told)
+        more = [confident_matches(guess, sure, told=t)
+                for guess, t in zip(guesses, told or [None] * len(guesses))]
+        if any(m is None or m.sources.size == 0 for m in more):
             break
-        count = sum(m[0].size for m in more)
+        count = sum(m.sources.size for m in more)
         if chosen and count < MIN_HINT_SHARE * seeds:
             why = f"{count} hints against {seeds} kept seeds: too few to change the anchors"
             break
-        nxt = [pipeline.align(replace(trial, hints=m), cfg, Stopwatch())
+        nxt = [pipeline.align(replace(trial, hints=m.pairs), cfg, Stopwatch())
                for (trial, _), m in zip(trials, more)]
         better = estimate.held_out(nxt, helds)
-        tried.append({"hints": int(more[0][0].size), "held_out_hits@1": better["hits@1"],
+        tried.append({"hints": int(more[0].sources.size), "held_out_hits@1": better["hits@1"],
                       "held_out_mrr": better["mrr"],
                       "gain": round(better["hits@1"] - found["hits@1"], 4)})
         if not _held_out_better(better, found):
             break
-        guesses, found, hints, kept = nxt, better, more[0], kept + 1
-    report = {"rounds": kept, "tried": tried, "hints": 0 if hints is None else int(hints[0].size)}
-    return guesses, found, hints, report if why is None else {**report, "why": why}
+        guesses, found, told, kept = nxt, better, more, kept + 1
+    report = {"rounds": kept, "tried": tried,
+              "hints": 0 if told is None else int(told[0].sources.size)}
+    return guesses, found, told, report if why is None else {**report, "why": why}
 
 
 def _names_or_structure(pair: Pair, trials: list[tuple[Pair, Pairs]], asked: Config,
@@ -1115,7 +1124,8 @@ def _confident_rounds(pair: Pair, cfg: Config, first: Result
     base, last = cfg, first
     kept = [_edges_kept(pair, first)]
     for done in range(1, base.bootstrap.rounds + 1):
-        hints = confident_matches(last)
+        sure = confident_matches(last)
+        hints = None if sure is None else sure.pairs
         cfg, report = _hinted(pair, base, hints)
         settled = len(kept) > 1 and kept[-1] < (1 + MIN_EDGE_GAIN) * kept[-2]
         if done == base.bootstrap.rounds or not report["hints"] or settled:
