@@ -56,27 +56,28 @@ def fitted(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]],
     but those decoded to the hint their run was ``told`` (a fold's :class:`Told`): their
     margins say that they were told."""
     told = told or [None] * len(results)
-    untold = [_held_rows(result, held) & ~t.of(result)[0] if t else _held_rows(result, held)
-              for result, held, t in zip(results, helds, told)]
-    margin = torch.cat([margins(result)[torch.from_numpy(rows)]
-                        for result, rows in zip(results, untold)])
-    right = np.concatenate([correct(result, held)[rows]
-                            for result, held, rows in zip(results, helds, untold)])
-    return calibrate(margin, right, "held-out seeds")
+    margin = torch.cat([margins(result)[torch.from_numpy(_held_rows(result, held, t))]
+                        for result, held, t in zip(results, helds, told)])
+    return calibrate(margin, held_out_right(results, helds, told), "held-out seeds")
 
 
-def held_out_right(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]]
-                   ) -> np.ndarray:
-    """Whether each fold's run decodes each of its held-out sources to its target, fold by
-    fold in row order: the labels of the confidence's fit, and what the decodings are
-    compared on (:func:`tfgm_dist.auto._decoding_of`)."""
-    return np.concatenate([correct(result, held)[_held_rows(result, held)]
-                           for result, held in zip(results, helds)])
+def held_out_right(results: list[Result], helds: list[tuple[np.ndarray, np.ndarray]],
+                   told: list[Told | None] | None = None) -> np.ndarray:
+    """Whether each fold's run decodes each of its held-out sources (but those decoded to
+    a hint it was ``told``) to its target, fold by fold in row order: the labels of the
+    confidence's fit, and what the decodings are compared on
+    (:func:`tfgm_dist.auto._decoding_of`)."""
+    told = told or [None] * len(results)
+    return np.concatenate([correct(result, held)[_held_rows(result, held, t)]
+                           for result, held, t in zip(results, helds, told)])
 
 
-def _held_rows(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """``[n]`` whether each row of ``result`` is a held-out source."""
-    return np.isin(result.rows.numpy(), held[0])
+def _held_rows(result: Result, held: tuple[np.ndarray, np.ndarray],
+               told: Told | None = None) -> np.ndarray:
+    """``[n]`` whether each row of ``result`` is a held-out source, not decoded to a hint
+    it was ``told``."""
+    rows = np.isin(result.rows.numpy(), held[0])
+    return rows if told is None else rows & ~told.of(result)[0]
 
 
 def correct(result: Result, held: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
