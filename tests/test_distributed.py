@@ -13,7 +13,8 @@ import ray
 import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
-from tfgm_dist.distributed import RESTART_HEADROOM, held_once, placement
+from tfgm_dist.distributed import RESTART_HEADROOM, placement
+from tfgm_dist.distributed.actors import whole_graph
 from tfgm_dist.distributed.halo import halo_plans, with_edges
 from tfgm_dist.embed import graph_operator, role_partial, row_block
 from tfgm_dist.errors import InputError
@@ -21,6 +22,7 @@ from tfgm_dist.graph import Graph
 from tfgm_dist.job import OnRay, run_job
 from tfgm_dist.load.tables import NodeContent
 from tfgm_dist.partition import partition, pymetis
+from tfgm_dist.pipeline import load_pair
 from tfgm_dist.synth import write_pair
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,18 +162,54 @@ def test_the_parts_rows_with_relation_roles_add_up_to_the_whole_operators(parts,
     torch.testing.assert_close(sum(partials), expected[n:])
 
 
-def test_a_graph_put_for_the_parts_is_held_once_by_the_driver(cluster):
-    """The driver's edges become a view of the object it put (not a second copy), with the
-    same values, still readable after the object's reference is dropped."""
-    edges = torch.randint(0, 1000, (2, 50_000), generator=torch.Generator().manual_seed(0))
-    before, view = edges.clone(), edges
-    ref = held_once(edges)
-    stored = ray.get(ref)
-    assert edges is view and torch.equal(edges, before)  # every holder sees the same tensor
-    assert edges.data_ptr() == stored.ctypes.data and not stored.flags.writeable
-    del ref, stored
-    assert torch.equal(edges, before)
-    assert ray.get(held_once(None)) is None
+@pytest.mark.parametrize("layout", ["parquet", "part files", "triples"])
+def test_a_ray_run_s_graphs_are_loaded_by_workers_and_read_back_as_one_process_s(
+        cluster, tmp_path, layout):
+    """The driver of a Ray run holds no edges: each graph is loaded and ordered in a task
+    (the Parquet layout, its edges a folder of part files as Spark writes them, knowledge
+    graph triples with relation roles), the driver keeps the ids and the counts, and the
+    edges, weights and roles read back from the object store are one process's load."""
+    paths = write_pair(tmp_path, 300, seed=1)
+    if layout == "part files":
+        for name in ("source", "target"):
+            edges = pq.read_table(paths[name] / "edges.parquet")
+            (paths[name] / "edges.parquet").unlink()
+            edges = edges.append_column("weight", pa.array(np.linspace(0.5, 2, edges.num_rows),
+                                                           pa.float32()))
+            folder = paths[name] / "edges.parquet"
+            folder.mkdir()
+            for i, at in enumerate(range(0, edges.num_rows, 700)):
+                pq.write_table(edges.slice(at, 700), folder / f"part-{i:05d}.parquet")
+    if layout == "triples":
+        for name, rows in (("source", ["a\tq\tb", "b\tr\tc", "c\tq\ta", "d\tr\ta"]),
+                           ("target", ["x\tq\ty", "y\tr\tz", "z\tq\tx", "w\tq\tz"])):
+            paths[name] = tmp_path / f"{name}.triples"
+            paths[name].write_text("\n".join(rows) + "\n")
+    cfg = Config()
+    here = load_pair(paths["source"], paths["target"], cfg)
+    there = load_pair(paths["source"], paths["target"], cfg, loaded=OnRay().loaded(cfg))
+    for a, b in ((here.source, there.source), (here.target, there.target)):
+        assert b.edge_index.numel() == 0 and b.edge_weight is None and b.roles is None
+        assert (b.num_nodes, b.num_edges, b.num_roles, b.stats) == (a.num_nodes, a.num_edges,
+                                                                     a.num_roles, a.stats)
+        assert a.ids.equals(b.ids)  # the same numbering, the target's drawn order too
+        read = whole_graph(b).with_content()
+        assert torch.equal(read.edge_index, a.edge_index)
+        for x, y in ((read.edge_weight, a.edge_weight), (read.roles, a.roles),
+                     (read.features, a.features)):
+            assert (x is None and y is None) or torch.equal(x, y)
+        assert read.names == a.names
+    assert (there.source.num_roles > 0) == (layout == "triples")
+    assert (there.source.edge_weight, here.source.edge_weight is not None) == (
+        None, layout == "part files")
+
+
+def test_a_bad_input_loaded_by_a_worker_is_one_error(cluster, tmp_path):
+    """A malformed input found by the task that loads it is the loader's one-line error."""
+    path = tmp_path / "bad.tsv"
+    path.write_text("1\t2\n3\n")
+    with pytest.raises(InputError, match=r"bad.tsv.*line 2"):
+        OnRay().loaded(Config())(path, False)
 
 
 def test_one_actor_per_gpu_with_its_tensors_on_cuda():

@@ -8,7 +8,7 @@ the user's ids again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,20 @@ from .errors import InputError
 
 if TYPE_CHECKING:  # the loaders import this module
     from .load.tables import NodeContent
+
+
+@dataclass(frozen=True)
+class Held:
+    """A graph's edges, weights and relation roles kept out of this process, and how many
+    there are: in a Ray run the driver's graphs hold their ids and these handles (object
+    references of the ``[2, E]`` edges, the ``[E]`` weights or ``None``, the ``[2, M]``
+    roles or ``None``), and the tasks that need the edges read them there."""
+
+    edges: Any
+    weights: Any
+    roles: Any
+    num_edges: int
+    num_roles: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,8 @@ class Graph:
         roles: optional ``[2, M]`` int64 tensor of a knowledge graph's relation roles,
             ``(node, role)`` once each: relation ``r`` gives role ``2r`` to the heads of its
             triples and ``2r + 1`` to their tails (:func:`~tfgm_dist.pipeline.operators`).
+        held: where the edges, weights and roles are when not here (:class:`Held`):
+            ``edge_index`` is then empty and ``edge_weight`` and ``roles`` are ``None``.
     """
 
     ids: pa.Array
@@ -55,6 +71,7 @@ class Graph:
     names_from_ids: bool = False
     content: NodeContent | None = None
     roles: torch.Tensor | None = None
+    held: Held | None = None
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -87,11 +104,13 @@ class Graph:
 
     @property
     def num_edges(self) -> int:
-        return self.edge_index.size(1)
+        return self.edge_index.size(1) if self.held is None else self.held.num_edges
 
     @property
     def num_roles(self) -> int:
         """How many relation roles its nodes play (every role number below it is played)."""
+        if self.held is not None:
+            return self.held.num_roles
         return 0 if self.roles is None or not self.roles.numel() else int(self.roles[1].max()) + 1
 
     @property
@@ -121,7 +140,7 @@ class Graph:
         names, vectors or content, without edges: what a part of a run on Ray makes its
         input rows from."""
         return replace(self, edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None,
-                       roles=None, stats={}, **self._taken(nodes))
+                       roles=None, stats={}, held=None, **self._taken(nodes))
 
     def _taken(self, nodes: np.ndarray) -> dict:
         """The per-node fields of node numbers ``nodes``, in that order."""
@@ -175,6 +194,8 @@ class Graph:
         Used to put the target's nodes in a seeded random order, so that no later tie-break
         (FAISS, scipy's assignment) can favour a target whose number equals the source's.
         """
+        if self.held is not None:
+            raise ValueError(f"{self.source}: its edges are held elsewhere; permute it there")
         inverse = torch.empty_like(perm)
         inverse[perm] = torch.arange(perm.numel())
         roles = None if self.roles is None else torch.stack([inverse[self.roles[0]],

@@ -25,11 +25,14 @@ import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from . import auto, checkpoint, write
 from .config import Config
 from .errors import InputError
+from .graph import Graph
 from .load import fetch
 from .pipeline import Pair, Result, device, load_pair
 from .stopwatch import Stopwatch, peak_gpu_bytes, peak_rss_bytes
@@ -109,6 +112,14 @@ class OnRay:
         self.events = events
         self.summary: dict[str, Any] = {}
 
+    def loaded(self, cfg: Config) -> Callable[[str | Path, bool], Graph]:
+        """How :func:`~tfgm_dist.pipeline.load_pair` loads a graph for this runner: in a
+        worker, the driver keeping its ids and the handles of its edges
+        (:func:`~tfgm_dist.distributed.loaded`), on the cluster it joins here."""
+        from . import distributed
+        distributed.connect(cfg.ray.address)
+        return partial(distributed.loaded, cfg=cfg, fmt=cfg.job.format or None)
+
     def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
             about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
         from . import distributed
@@ -117,10 +128,10 @@ class OnRay:
             raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the {smaller} "
                              "nodes of the smaller graph")
         distributed.connect(cfg.ray.address)  # fails fast, before the passes of prepare
-        held = distributed.held_edges(pair)
-        pair, cfg, prepared, usage = distributed.prepare(pair, cfg, watch, held)
+        pair = distributed.held_pair(pair)
+        pair, cfg, prepared, usage = distributed.prepare(pair, cfg, watch)
         on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared,
-                                 held, usage)
+                                 usage)
         quality, files = on_ray.align_and_write(stage, about, resume)
         self.summary = {"ray": on_ray.report()}
         return quality, files
@@ -162,11 +173,10 @@ def run_job(cfg: Config, runner: Runner | None = None, *, collection: str | None
             if collection is not None:
                 from .supervised import load_collection
                 runner = Supervised(load_collection(local["collection"], cfg.seed))
-            # on Ray the parts read the nodes' names and vectors, each its own
             pair = load_pair(local["source"], local["target"], cfg, fmt=job.format or None,
                              seeds=local["seeds"], gold=local["gold"],
                              candidates=local["candidates"], queries=local["queries"],
-                             deferred=isinstance(runner, OnRay))
+                             loaded=runner.loaded(cfg) if isinstance(runner, OnRay) else None)
             inputs = {name: {**write.fingerprint(local[name], out), "path": path}
                       for name, path in paths.items() if path}
         log.info("source %s: %d nodes, %d edges; target %s: %d nodes, %d edges",

@@ -74,21 +74,17 @@ class Pair:
 def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Config, *,
               fmt: str | None = None, seeds: str | Path | None = None,
               gold: str | Path | None = None, candidates: str | Path | None = None,
-              queries: str | Path | None = None, deferred: bool = False) -> Pair:
-    """Load both graphs (or take them as given), number their nodes in the order of their
-    ids, shuffle the target, resolve the id files. ``deferred`` leaves the names and vectors
-    of a Parquet layout in its ``nodes.parquet`` (:attr:`Graph.content`).
+              queries: str | Path | None = None,
+              loaded: Callable[[str | Path, bool], Graph] | None = None) -> Pair:
+    """Load both graphs (or take them as given), each :func:`ordered`, and resolve the id
+    files. ``loaded(path, is_target)`` loads and orders a graph elsewhere (a Ray run's
+    workers, :func:`tfgm_dist.distributed.loaded`); by default it is done here."""
+    def here(path: str | Path, is_target: bool) -> Graph:
+        return ordered(load_graph(path, fmt, cfg.job.columns), cfg, is_target)
 
-    Numbered by id, not by first appearance, and with the seed pairs in the order of their
-    sources (:class:`Pair`), a run does not depend on the order of the rows of its input
-    files: ties (the auction's lowest source number) and the seeded draws (refinement's
-    indicators, the anchors' vectors, the held-out seeds) fall alike however a file was
-    written."""
-    g_s, g_t = ((g if isinstance(g, Graph) else load_graph(g, fmt, cfg.job.columns, deferred))
-                .by_id()
-                for g in (source, target))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    g_t = g_t.permuted(torch.randperm(g_t.num_nodes, generator=gen))
+    g_s, g_t = (ordered(g, cfg, is_target) if isinstance(g, Graph) else
+                (loaded or here)(g, is_target) for is_target, g in ((False, source),
+                                                                   (True, target)))
     return Pair(
         g_s, g_t,
         seeds=None if seeds is None else load_pairs(seeds, g_s, g_t, "seeds"),
@@ -96,6 +92,23 @@ def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Confi
         candidates=None if candidates is None else load_id_list(candidates, g_t, "candidates"),
         queries=None if queries is None else load_id_list(queries, g_s, "queries"),
     )
+
+
+def ordered(graph: Graph, cfg: Config, is_target: bool) -> Graph:
+    """``graph`` with its nodes numbered in the order of their ids, and a target's then in
+    an order drawn from ``cfg.seed``.
+
+    Numbered by id, not by first appearance, and with the seed pairs in the order of their
+    sources (:class:`Pair`), a run does not depend on the order of the rows of its input
+    files: ties (the auction's lowest source number) and the seeded draws (refinement's
+    indicators, the anchors' vectors, the held-out seeds) fall alike however a file was
+    written; the target's drawn order keeps any tie-break (FAISS, scipy's assignment) from
+    favouring a target whose number equals the source's."""
+    graph = graph.by_id()
+    if not is_target:
+        return graph
+    gen = torch.Generator().manual_seed(cfg.seed)
+    return graph.permuted(torch.randperm(graph.num_nodes, generator=gen))
 
 
 @dataclass(frozen=True)

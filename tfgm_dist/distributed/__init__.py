@@ -1,7 +1,17 @@
 """The pipeline on Ray: partitioned embedding actors, sharded FAISS search, workers that write.
 
-The driver loads the pair's ids and edges and partitions them. Everything else that grows
-with the graphs runs in Ray workers, and the driver hands them object references, not arrays:
+The driver holds the pair's ids, the loader's counts and object references; everything that
+grows with the graphs' edges runs in Ray workers:
+
+- **load**: each graph is read in a task on the driver's node, where its files are
+  (:func:`loaded`); the task numbers and orders the nodes and puts the edges, weights and
+  relation roles into the object store, and the driver keeps their references
+  (:class:`~tfgm_dist.graph.Held`). A pair given in memory is put there first
+  (:func:`held_pair`). Every task that needs a whole graph reads them back
+  (:func:`~.actors.whole_graph`).
+- **partition**: a task per graph partitions it where its edges are read and plans its
+  parts' halo (:func:`~.actors.parted`); the driver receives the partition (two integers
+  a node) and who sends to whom.
 
 - **prepare**: the automatic choices' passes (with seeds the held-out folds, without them a
   bootstrapping pass) run in one task on the largest node (:func:`prepare`), which holds
@@ -52,17 +62,16 @@ the pure halo planner in :mod:`.halo`, joining or starting a cluster and sizing 
 from __future__ import annotations
 
 import logging
-import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import ray
-
 import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .. import auto, checkpoint, estimate, features, metrics, write
+from .. import auto, checkpoint, estimate, metrics, write
 from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
 from ..config import Config, EmbedConfig
@@ -70,20 +79,21 @@ from ..embed import LayerParams, layer_params
 from ..errors import InputError, JobError
 from ..features import Channel
 from ..graph import Graph
-from ..partition import Partition, partition
+from ..partition import Partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
-                        content_kind, counted, decodes_on_scores, has_structure, operators,
-                        plan, scale, search_options)
+                        content_kind, counted, decodes_on_scores, has_structure, plan, scale,
+                        search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
-                     anchored_inputs, finish, gathered_embedding, part_counts, part_of_graph,
-                     prepare_whole, role_rows, usage_of, write_part)
+                     anchored_inputs, bare, finish, gathered_embedding, load_held, parted,
+                     part_counts, part_of_graph, prepare_whole, role_rows, usage_of,
+                     write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import halo_plans
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
-           "held_edges", "one_to_one", "placement", "prepare"]
+           "held_pair", "loaded", "one_to_one", "placement", "prepare"]
 
 log = logging.getLogger("tfgm_dist")
 
@@ -123,20 +133,6 @@ def _got(refs: list[ray.ObjectRef]) -> list:
         if isinstance(cause, InputError):
             raise cause from None
         raise
-
-
-def held_once(tensor: torch.Tensor | None) -> ray.ObjectRef:
-    """``tensor`` put into the object store as a numpy array, and itself made a view of the
-    stored copy (``Tensor.set_``: every holder of the graph sees it), so that the driver
-    holds it once, not twice: the 1M pair's edges are 160 MB. The stored copy is read-only,
-    as a graph's edges are never written; it stays mapped while the tensor lives."""
-    if tensor is None:
-        return ray.put(None)
-    ref = ray.put(tensor.numpy())
-    with warnings.catch_warnings():  # torch warns of every read-only array it wraps
-        warnings.simplefilter("ignore", UserWarning)
-        tensor.set_(torch.from_numpy(ray.get(ref)))
-    return ref
 
 
 def _flat(per_part: list[list]) -> list:
@@ -220,19 +216,27 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     return done + ray.get(out[0])
 
 
-def held_edges(pair: Pair) -> list[ray.ObjectRef]:
-    """Both graphs' edges and weights held once (:func:`held_once`), the source's then the
-    target's: what every task and part actor that needs them reads."""
-    return [held_once(t) for g in (pair.source, pair.target) for t in (g.edge_index,
-                                                                       g.edge_weight)]
+def loaded(path: str | Path, is_target: bool, *, cfg: Config, fmt: str | None) -> Graph:
+    """One graph of a pair loaded and :func:`~tfgm_dist.pipeline.ordered` in a task on this
+    node, which reads its files where the driver fetched them (:func:`~.actors.load_held`):
+    the driver receives its ids, names read from URIs and counts, and the references of
+    its edges, weights and roles (:class:`~tfgm_dist.graph.Held`), never the edges."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    out = load_held.options(scheduling_strategy=here).remote(str(path), fmt, cfg, is_target)
+    graph = _got([out[0]])[0]
+    return replace(graph, held=replace(graph.held, edges=out[1], weights=out[2], roles=out[3]))
 
 
-def _without_edges(pair: Pair) -> Pair:
-    """``pair`` as sent to a task beside its :func:`held_edges`: without the edges, which
-    would be pickled again with it."""
-    none = dict(edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None)
-    return replace(pair, source=replace(pair.source, **none),
-                   target=replace(pair.target, **none))
+def held_pair(pair: Pair) -> Pair:
+    """``pair`` with the edges, weights and roles of a graph that holds them here put into
+    the object store (:func:`~.actors.bare`); a graph :func:`loaded` is held already."""
+    def held(g: Graph) -> Graph:
+        if g.held is not None:
+            return g
+        return bare(g, *(ray.put(None if t is None else t.numpy())
+                         for t in (g.edge_index, g.edge_weight, g.roles)))
+
+    return replace(pair, source=held(pair.source), target=held(pair.target))
 
 
 def _largest_node_cpus() -> float:
@@ -241,7 +245,7 @@ def _largest_node_cpus() -> float:
     return max(node["Resources"].get("CPU", 1) for node in ray.nodes() if node["Alive"])
 
 
-def prepare(pair: Pair, cfg: Config, watch: Stopwatch, held: list[ray.ObjectRef]
+def prepare(pair: Pair, cfg: Config, watch: Stopwatch
             ) -> tuple[Pair, Config, Prepared, list[dict]]:
     """:func:`tfgm_dist.auto.prepare` for a run on Ray, and the usage of the task it ran in.
 
@@ -257,7 +261,7 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch, held: list[ray.ObjectRef]
     cpus = _largest_node_cpus()
     log.info("auto: the held-out and bootstrapping passes run in one task of %g cores", cpus)
     seeds, hints, dropped, cfg, prepared, seconds, usage = _got([prepare_whole.options(
-        num_cpus=cpus).remote(_without_edges(pair), cfg, settled, report, cpus, *held)])[0]
+        num_cpus=cpus).remote(pair, cfg, settled, report, cpus)])[0]
     for stage, took in seconds.items():
         watch.seconds[stage] = watch.seconds.get(stage, 0.0) + took
     if dropped:
@@ -268,18 +272,16 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch, held: list[ray.ObjectRef]
 class Run:
     """One distributed run of a loaded pair: ``Run(pair, cfg, P).align_and_write(stage, run)``.
 
-    ``held``: the pair's :func:`held_edges`, where the caller put them already; ``usage``:
+    ``pair``: its graphs' edges held in the object store (:func:`held_pair`); ``usage``:
     the processes that ran for the pair before it (:func:`prepare`)."""
 
     def __init__(self, pair: Pair, cfg: Config, partitions: int, watch: Stopwatch,
                  events: Events | None = None, prepared: Prepared | None = None,
-                 held: list[ray.ObjectRef] | None = None, usage: list[dict] | None = None
-                 ) -> None:
+                 usage: list[dict] | None = None) -> None:
         self.pair, self.cfg, self.P, self.watch = pair, cfg, partitions, watch
         self.prepared = prepared or Prepared({"enabled": False})
         self.events = events or (lambda event, info: None)
         self.device, self.actor_cpus, self.actor_options = placement(*resources(), partitions)
-        self.held = held or held_edges(pair)
         self.usage: list[dict] = list(usage or [])
         self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
 
@@ -302,29 +304,20 @@ class Run:
             self.dense = dense_assignment(cfg.assign, self.plan.rows.size,
                                           self.plan.targets.size)
             self.on_parts = self._on_parts(self.plan)
-            # both graphs at once: METIS runs in a child process per graph (the 1M pair at
-            # P = 2: 17.9 s one after the other, 12.5 s so); meanwhile the operators of the
-            # finishing task's refinement, where it runs (built here once, not again there)
-            with ThreadPoolExecutor(2) as pool:
-                cut = [pool.submit(partition, g.edge_index, g.num_nodes, P, seed=cfg.seed,
-                                   method=cfg.ray.partitioner)
-                       for g in (pair.source, pair.target)]
-                self.ops = None if self.on_parts else ray.put(operators(pair, cfg))
-                self.parting = [c.result() for c in cut]
+            # both graphs at once, each where its edges are read; the parts' own rows of
+            # the degree encoding need every node's degree
+            degrees = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
+            graphs = (pair.source, pair.target)
+            out = [parted.options(num_returns=1 + P).remote(g, P, cfg, degrees) for g in graphs]
+            (self.parting, self.exchange, self.has_roles, self.cut,
+             self.degrees) = (list(x) for x in zip(*_got([o[0] for o in out])))
             # Held for the run: a restarted actor is rebuilt from these objects. Each part
-            # builds its rows of the operator from the edges that touch it: the driver never
+            # builds its rows of the operator from the edges that touch it: no process
             # builds a whole graph's operator on the parts' path (0.43 GiB at 1M nodes).
-            ec, self.exchange, self.part_refs, self.has_roles = cfg.embed, [], [], []
-            for i, (g, parting) in enumerate(zip((pair.source, pair.target), self.parting)):
-                plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator,
-                                   ec.self_loops, g.edge_weight,
-                                   g.roles if ec.relations else None)
-                self.exchange.append([(gp.needs, gp.consumers) for gp in plans])
-                self.has_roles.append(plans[0].num_roles > 0)
-                edges, weights = self.held[2 * i:2 * i + 2]
-                part = ray.put(parting.part)
-                self.part_refs.append([part_of_graph.remote(gp, edges, weights, part)
-                                       for gp in plans])
+            self.part_refs = [[part_of_graph.remote(gp, g.held.edges, g.held.weights, part)
+                               for gp in o[1:]]
+                              for g, o, part in zip(graphs, out,
+                                                    (ray.put(pt.part) for pt in self.parting))]
         with self.watch.stage("features"):
             self.chans, self.inputs = self._inputs()
         specs = [c.embed for c in self.chans]
@@ -378,12 +371,12 @@ class Run:
         if pair.anchored() is not None:
             cpus = _largest_node_cpus()
             out = anchored_inputs.options(num_returns=1 + 2 * P, num_cpus=cpus).remote(
-                _without_edges(pair), cfg, nodes, cpus, *self.held)
+                pair, cfg, nodes, cpus)
             return _got([out[0]])[0], [out[1:1 + P], out[1 + P:]]
         kind, structure = content_kind(pair, cfg), has_structure(pair, cfg)
         log.info("features: each of the %d parts makes its %s rows from its own nodes", P,
                  kind)
-        degrees = [features.degrees(g) if kind.startswith("degree") else None for g in graphs]
+        degrees = self.degrees
 
         def cut(g: int, at: np.ndarray) -> tuple[Graph, torch.Tensor | None]:
             return (graphs[g].of_nodes(at),
@@ -446,7 +439,7 @@ class Run:
                 self._light_pair(), cfg, pl, self.parting[0], finish_cpus, _flat(forward[0]),
                 _flat(forward[1]), None if backward is None else _flat(backward[0]),
                 [] if backward is None else _flat(backward[1]), embeddings, scale(self.chans),
-                self.ops, self.prepared, resume)
+                self.prepared, resume)
             metrics, finish_usage = ray.get(out[:2])
         self.usage.append(finish_usage)
         return metrics, out[2:]
@@ -556,17 +549,16 @@ class Run:
     def report(self) -> dict[str, Any]:
         """What the run's metrics say about the distribution."""
         return {"partitions": self.P, "partitioner": self.parting[0].method,
-                "cut_edges": [pt.cut_edges(g.edge_index) for pt, g in
-                              zip(self.parting, (self.pair.source, self.pair.target))],
+                "cut_edges": self.cut,
                 "device": self.device, "processes": self.usage}
 
     def _light_pair(self, edges: bool = True) -> Pair:
         """The pair without node features and names: what the later stages need; without
-        the ``edges``, the graphs' ids alone, what the write tasks need (160 MB less at 1M
-        nodes, and gold's 16 MB)."""
+        the ``edges``' references, the graphs' ids alone, what the write tasks need (and
+        without gold's 16 MB at 1M nodes)."""
         strip = dict(features=None, names=None, content=None)
         if not edges:
-            strip.update(edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None)
+            strip.update(held=None)
             return Pair(replace(self.pair.source, **strip), replace(self.pair.target, **strip))
         return replace(self.pair, source=replace(self.pair.source, **strip),
                        target=replace(self.pair.target, **strip))

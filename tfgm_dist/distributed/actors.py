@@ -17,21 +17,22 @@ import ray
 import torch
 import torch.nn.functional as F
 
-from .. import checkpoint, write
+from .. import checkpoint, features, write
 from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, is_best_source, listed_score,
                       listing_best, score_span)
 from ..auto import Prepared, prepared_by_passes
 from ..estimate import Calibration, margins
 from ..config import Config, EmbedConfig
-from ..embed import (LayerParams, Operator, finished, layer, propagate, role_layer,
+from ..embed import (LayerParams, finished, layer, propagate, role_layer,
                      role_partial, transformed)
-from ..partition import Partition
+from ..partition import Partition, partition
 from ..errors import InputError
 from ..features import node_named
-from ..graph import Graph
+from ..graph import Graph, Held
+from ..load import load_graph
 from ..pipeline import (Content, Pair, Plan, Result, Scored, channels, conclude,
                         content_channels, content_counts, content_rows, evaluate, node_inputs,
-                        refined)
+                        operators, ordered, refined)
 from ..refine import decoding, list_width
 from ..search import (IVF_KINDS, Candidates, both_ways, build_index, exact_best, gpu_available,
                       ivf_kind, on_device, probe, search, set_nprobe, taken, trained_index,
@@ -39,7 +40,7 @@ from ..search import (IVF_KINDS, Candidates, both_ways, build_index, exact_best,
 from ..stopwatch import Stopwatch, peak_rss_bytes, private_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
-from .halo import GraphPart, with_edges
+from .halo import GraphPart, halo_plans, with_edges
 
 log = logging.getLogger("tfgm_dist")
 
@@ -681,6 +682,63 @@ def role_rows(params: LayerParams, spec: EmbedConfig, previous: np.ndarray | Non
                       spec.basic).numpy()
 
 
+def bare(graph: Graph, edges: Any, weights: Any, roles: Any) -> Graph:
+    """``graph`` without its edges, weights and roles, which the handles ``edges``,
+    ``weights`` and ``roles`` stand for (:class:`~tfgm_dist.graph.Held`)."""
+    return replace(graph, edge_index=torch.zeros(2, 0, dtype=torch.long), edge_weight=None,
+                   roles=None, held=Held(edges, weights, roles, graph.num_edges,
+                                         graph.num_roles))
+
+
+def whole_graph(graph: Graph) -> Graph:
+    """``graph`` with its held edges, weights and roles read back from the object store
+    (read-only, not copied): what a task that needs a whole graph works on."""
+    if graph.held is None:
+        return graph
+    h = graph.held
+    with warnings.catch_warnings():  # torch warns of every read-only array it wraps
+        warnings.simplefilter("ignore", UserWarning)
+        edges, weights, roles = (None if a is None else torch.from_numpy(a)
+                                 for a in ray.get([h.edges, h.weights, h.roles]))
+    return replace(graph, edge_index=edges, edge_weight=weights, roles=roles, held=None)
+
+
+def whole_pair(pair: Pair) -> Pair:
+    """``pair`` with both graphs' edges read back (:func:`whole_graph`)."""
+    return replace(pair, source=whole_graph(pair.source), target=whole_graph(pair.target))
+
+
+# max_calls = 1: the worker exits after it, giving back the graph's memory
+@ray.remote(max_retries=RESTARTS, max_calls=1, num_returns=4)
+def load_held(path: str, fmt: str | None, cfg: Config, is_target: bool) -> tuple:
+    """One graph loaded (:func:`~tfgm_dist.load.load_graph`, a Parquet layout's names and
+    vectors left in ``nodes.parquet`` for the parts) and
+    :func:`~tfgm_dist.pipeline.ordered` in this task: the graph :func:`bare`, then its
+    edges, weights and roles as arrays, each an object of its own that the caller owns."""
+    g = ordered(load_graph(path, fmt, cfg.job.columns, deferred=True), cfg, is_target)
+    arrays = [None if t is None else t.numpy() for t in (g.edge_index, g.edge_weight, g.roles)]
+    return (bare(g, None, None, None), *arrays)
+
+
+# max_calls = 1: the worker exits after it, giving back the graph's memory
+@ray.remote(max_retries=RESTARTS, max_calls=1)
+def parted(graph: Graph, parts: int, cfg: Config, degrees: bool) -> tuple:
+    """A held graph (:func:`bare`) partitioned into ``parts`` here, where its edges are read,
+    and each part's halo planned (:func:`~.halo.halo_plans`): first the
+    :class:`Partition`, each part's ``(needs, consumers)``, whether its plans carry relation
+    roles, how many edges the partition cuts and, where ``degrees``, every node's degree
+    (:func:`~tfgm_dist.features.degrees`); then each part's plan, an object each. Called
+    with ``num_returns=1 + parts``."""
+    g, ec = whole_graph(graph), cfg.embed
+    parting = partition(g.edge_index, g.num_nodes, parts, seed=cfg.seed,
+                        method=cfg.ray.partitioner)
+    plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator, ec.self_loops,
+                       g.edge_weight, g.roles if ec.relations else None)
+    about = (parting, [(gp.needs, gp.consumers) for gp in plans], plans[0].num_roles > 0,
+             parting.cut_edges(g.edge_index), features.degrees(g) if degrees else None)
+    return (about, *plans)
+
+
 @ray.remote(max_retries=RESTARTS)
 def part_of_graph(plan: GraphPart, edges: np.ndarray, weights: np.ndarray | None,
                   part: np.ndarray) -> GraphPart:
@@ -697,20 +755,10 @@ def part_counts(part: Graph, degrees: torch.Tensor | None, kind: str, cfg: Confi
     return content_counts(kind, node_inputs(part, kind, cfg, degrees))
 
 
-def _with_edges(pair: Pair, edges: list[np.ndarray | None]) -> Pair:
-    """``pair`` whose graphs were sent without their edges (the driver holds them once in
-    the object store, :func:`~tfgm_dist.distributed.held_once`), with them read back:
-    ``edges`` are the source's edges and weights, then the target's."""
-    graphs = [replace(g, edge_index=torch.from_numpy(e), edge_weight=None if w is None
-                      else torch.from_numpy(w))
-              for g, e, w in ((pair.source, *edges[:2]), (pair.target, *edges[2:]))]
-    return replace(pair, source=graphs[0], target=graphs[1])
-
-
 # max_calls = 1: the worker exits after it, giving back the whole pair's memory
 @ray.remote(max_retries=RESTARTS, max_calls=1)
 def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any],
-                  num_cpus: float, *edges: np.ndarray | None) -> tuple:
+                  num_cpus: float) -> tuple:
     """:func:`~tfgm_dist.auto.prepared_by_passes` of the whole ``pair`` in this task, with
     the user's settings ``asked`` and what the driver settled of them (``cfg``,
     ``report``): the held-out folds, the choices and the bootstrapping passes. Returns the
@@ -720,8 +768,7 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
     stay here."""
     _threads(num_cpus)
     usage, watch = Usage("prepare"), Stopwatch()
-    out, cfg, prepared = prepared_by_passes(_with_edges(pair, list(edges)), asked, cfg, report,
-                                            watch)
+    out, cfg, prepared = prepared_by_passes(whole_pair(pair), asked, cfg, report, watch)
     usage.seconds = watch.seconds
     read = [g.names_from_ids for g in (pair.source, pair.target)]
     dropped = any(read) and read != [g.names_from_ids for g in (out.source, out.target)]
@@ -730,14 +777,14 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
 
 # max_calls = 1: the worker exits after it, giving back the whole pair's memory
 @ray.remote(max_retries=RESTARTS, max_calls=1)
-def anchored_inputs(pair: Pair, cfg: Config, nodes: list[list[np.ndarray]], num_cpus: float,
-                    *edges: np.ndarray | None) -> tuple:
+def anchored_inputs(pair: Pair, cfg: Config, nodes: list[list[np.ndarray]], num_cpus: float
+                    ) -> tuple:
     """The channels of a pair with seeds or hints (:func:`~tfgm_dist.pipeline.channels`:
     seed rows tied, the anchors of seeds and hints), made in this task from the whole
     pair: the channels without their rows, then per graph and part the part's rows of
     every channel (``nodes[g][p]``, node numbers), each its own object."""
     _threads(num_cpus)
-    chans = channels(_with_edges(pair, list(edges)).with_content(), cfg)
+    chans = channels(whole_pair(pair).with_content(), cfg)
     rows = [[(c.x_s, c.x_t)[g][torch.from_numpy(at)].numpy() for c in chans] for g in (0, 1)
             for at in nodes[g]]
     # new empty rows: a view of none would pickle the whole matrix it views
@@ -750,11 +797,13 @@ def anchored_inputs(pair: Pair, cfg: Config, nodes: list[list[np.ndarray]], num_
 def finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
            forward: list, forward_rows: list[np.ndarray], backward: list | None,
            backward_rows: list[np.ndarray], embeddings: list | None, score_scale: float,
-           ops: tuple[Operator, Operator], prepared: Prepared, resume: write.Location) -> tuple:
-    """refine + assign on the merged candidates; the result cut into the source parts,
-    which are also kept in ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
+           prepared: Prepared, resume: write.Location) -> tuple:
+    """refine + assign on the merged candidates of a pair whose edges are held
+    (:func:`whole_pair`); the result cut into the source parts, which are also kept in
+    ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
     _threads(num_cpus)
     usage, watch = Usage("refine+assign"), Stopwatch()
+    pair = whole_pair(pair)
     fwd = _gather(ray.get(forward), forward_rows, pair.source.num_nodes)
     bwd = None if backward is None else _gather(ray.get(backward), backward_rows,
                                                 pair.target.num_nodes)
@@ -763,7 +812,7 @@ def finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float
         o_s, o_t = (torch.from_numpy(e) for e in ray.get(embeddings))
     scored = Scored(fwd, bwd, torch.from_numpy(pl.rows), pl.targets, pair.target.num_nodes,
                     o_s, o_t, scale=score_scale)
-    scored = refined(pair, cfg, scored, ops, watch)
+    scored = refined(pair, cfg, scored, operators(pair, cfg), watch)
     result = prepared.finish(conclude(pair, scored, cfg, watch), pair.gold)
     usage.seconds = watch.seconds
     which = part_s.part[result.rows.numpy()]
