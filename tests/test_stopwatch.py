@@ -67,6 +67,19 @@ def test_log_levels_from_the_options(monkeypatch, options, level):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_a_process_started_by_a_large_one_reports_its_own_peak():
+    """Linux keeps ``ru_maxrss`` across ``execve``: a job started by a process holding
+    512 MiB reported 512 MiB. Its own peak is its own."""
+    code = ("import numpy as np, subprocess, sys; block = np.ones(512 * 2**20 // 8); "
+            "print(block.sum() > 0 and subprocess.run([sys.executable, '-c', "
+            "'from tfgm_dist.stopwatch import peak_rss_bytes; print(peak_rss_bytes())'], "
+            "capture_output=True, text=True, check=True).stdout)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert 0 < int(out) < 256 * 2**20  # the child imported numpy at most: not the 512 MiB
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_private_memory_grows_with_what_this_process_allocates():
     # a fresh process: a long one (the whole suite) can serve the block from pages it freed
     # earlier and still holds, and then its private memory does not move
