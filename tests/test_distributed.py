@@ -206,10 +206,11 @@ def test_a_ray_run_s_graphs_are_loaded_by_workers_and_read_back_as_one_process_s
 
 def test_a_bad_input_loaded_by_a_worker_is_one_error(cluster, tmp_path):
     """A malformed input found by the task that loads it is the loader's one-line error."""
-    path = tmp_path / "bad.tsv"
-    path.write_text("1\t2\n3\n")
+    good, bad = tmp_path / "good.tsv", tmp_path / "bad.tsv"
+    good.write_text("1\t2\n2\t3\n")
+    bad.write_text("1\t2\n3\n")
     with pytest.raises(InputError, match=r"bad.tsv.*line 2"):
-        OnRay().loaded(Config())(path, False)
+        OnRay().loaded(Config())(good, bad)
 
 
 def test_one_actor_per_gpu_with_its_tensors_on_cuda():

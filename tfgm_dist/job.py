@@ -112,9 +112,9 @@ class OnRay:
         self.events = events
         self.summary: dict[str, Any] = {}
 
-    def loaded(self, cfg: Config) -> Callable[[str | Path, bool], Graph]:
-        """How :func:`~tfgm_dist.pipeline.load_pair` loads a graph for this runner: in a
-        worker, the driver keeping its ids and the handles of its edges
+    def loaded(self, cfg: Config) -> Callable[[str | Path, str | Path], tuple[Graph, Graph]]:
+        """How :func:`~tfgm_dist.pipeline.load_pair` loads the graphs for this runner: in
+        workers, the driver keeping their ids and the handles of their edges
         (:func:`~tfgm_dist.distributed.loaded`), on the cluster it joins here."""
         from . import distributed
         distributed.connect(cfg.ray.address)

@@ -75,16 +75,18 @@ def load_pair(source: str | Path | Graph, target: str | Path | Graph, cfg: Confi
               fmt: str | None = None, seeds: str | Path | None = None,
               gold: str | Path | None = None, candidates: str | Path | None = None,
               queries: str | Path | None = None,
-              loaded: Callable[[str | Path, bool], Graph] | None = None) -> Pair:
+              loaded: Callable[[str | Path, str | Path], tuple[Graph, Graph]] | None = None
+              ) -> Pair:
     """Load both graphs (or take them as given), each :func:`ordered`, and resolve the id
-    files. ``loaded(path, is_target)`` loads and orders a graph elsewhere (a Ray run's
-    workers, :func:`tfgm_dist.distributed.loaded`); by default it is done here."""
-    def here(path: str | Path, is_target: bool) -> Graph:
-        return ordered(load_graph(path, fmt, cfg.job.columns), cfg, is_target)
-
-    g_s, g_t = (ordered(g, cfg, is_target) if isinstance(g, Graph) else
-                (loaded or here)(g, is_target) for is_target, g in ((False, source),
-                                                                   (True, target)))
+    files. ``loaded(source, target)`` loads and orders both graphs elsewhere, given their
+    paths (a Ray run's workers, :func:`tfgm_dist.distributed.loaded`); by default, or for a
+    graph given, it is done here."""
+    if loaded is not None and not isinstance(source, Graph) and not isinstance(target, Graph):
+        g_s, g_t = loaded(source, target)
+    else:
+        g_s, g_t = (ordered(g if isinstance(g, Graph) else
+                            load_graph(g, fmt, cfg.job.columns), cfg, is_target)
+                    for is_target, g in ((False, source), (True, target)))
     return Pair(
         g_s, g_t,
         seeds=None if seeds is None else load_pairs(seeds, g_s, g_t, "seeds"),

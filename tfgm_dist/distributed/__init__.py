@@ -216,15 +216,19 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     return done + ray.get(out[0])
 
 
-def loaded(path: str | Path, is_target: bool, *, cfg: Config, fmt: str | None) -> Graph:
-    """One graph of a pair loaded and :func:`~tfgm_dist.pipeline.ordered` in a task on this
-    node, which reads its files where the driver fetched them (:func:`~.actors.load_held`):
-    the driver receives its ids, names read from URIs and counts, and the references of
-    its edges, weights and roles (:class:`~tfgm_dist.graph.Held`), never the edges."""
+def loaded(source: str | Path, target: str | Path, *, cfg: Config, fmt: str | None
+           ) -> tuple[Graph, Graph]:
+    """Both graphs of a pair loaded and :func:`~tfgm_dist.pipeline.ordered` at once, each in
+    a task on this node, which reads its files where the driver fetched them
+    (:func:`~.actors.load_held`): the driver receives their ids, names read from URIs and
+    counts, and the references of their edges, weights and roles
+    (:class:`~tfgm_dist.graph.Held`), never the edges."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    out = load_held.options(scheduling_strategy=here).remote(str(path), fmt, cfg, is_target)
-    graph = _got([out[0]])[0]
-    return replace(graph, held=replace(graph.held, edges=out[1], weights=out[2], roles=out[3]))
+    out = [load_held.options(scheduling_strategy=here).remote(str(path), fmt, cfg, is_target)
+           for is_target, path in ((False, source), (True, target))]
+    graphs = _got([o[0] for o in out])
+    return tuple(replace(g, held=replace(g.held, edges=o[1], weights=o[2], roles=o[3]))
+                 for g, o in zip(graphs, out))
 
 
 def held_pair(pair: Pair) -> Pair:
