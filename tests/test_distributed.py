@@ -1,6 +1,8 @@
 """The Ray pipeline on a real local cluster: the same rows as one process, for any P, and
 after an actor is killed mid-embedding, in the refinement or in the one-to-one auction."""
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -621,6 +623,38 @@ def test_an_actor_killed_is_restarted_and_the_output_is_identical(cluster, tmp_p
             killed.append(info["workers"][1])
 
     run_job(job(base, tmp_path / "killed", 2, **paths), OnRay(kill))
+    assert killed
+    assert_same_rows(tmp_path / "calm", tmp_path / "killed")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_it_loads_a_graph_is_replaced_and_the_output_is_identical(
+        cluster, tmp_path):
+    """The task that loads a graph runs again in a new worker when its own is killed
+    (SIGKILL, as the kernel's OOM killer would), and the run writes the same rows."""
+    psutil = pytest.importorskip("psutil")
+    data = write_pair(tmp_path / "data", 3000, seed=5)
+    base = from_toml("[bootstrap]\nrounds = 0")
+    paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    run_job(job(base, tmp_path / "calm", 2, **paths))
+    killed, stop = [], threading.Event()
+
+    def hunt() -> None:  # a worker running the task is titled after it
+        while not stop.is_set() and not killed:
+            for proc in psutil.process_iter(["cmdline"]):
+                if (proc.info["cmdline"] or [""])[0].startswith("ray::load_held"):
+                    proc.kill()
+                    killed.append(proc.pid)
+                    break
+            time.sleep(0.002)
+
+    hunter = threading.Thread(target=hunt)
+    hunter.start()
+    try:
+        run_job(job(base, tmp_path / "killed", 2, **paths))
+    finally:
+        stop.set()
+        hunter.join()
     assert killed
     assert_same_rows(tmp_path / "calm", tmp_path / "killed")
 
