@@ -112,9 +112,9 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
     halo rows it exchanges with the other parts, ``O(|V|)`` numbers in all. The halo of a
     part is every node an edge joins to one of its nodes (the operator is undirected), and
     its own nodes where ``self_loops`` adds them: the columns of its rows of the operator.
-    A Ray run cuts each part's edges out in a task (:func:`with_edges`): the driver then
-    writes a graph's edges into the object store once, not each part's share of them (at 1M
-    nodes and P = 2, 1.3 times the edges, which counted in its memory). ``roles``, a
+    A Ray run plans in the task that partitions the graph and cuts each part's edges out in
+    a task of its own (:func:`with_edges`): a graph's edges are in the object store once,
+    not each part's share of them too (at 1M nodes and P = 2, 1.3 times the edges). ``roles``, a
     knowledge graph's relation roles where they join the embedding, go to the parts of
     their nodes (:meth:`GraphPart.role_blocks`)."""
     P, u, v = parting.num_parts, edge_index[0], edge_index[1]
