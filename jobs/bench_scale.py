@@ -218,7 +218,7 @@ def _print(rows: list, partitions: int) -> None:
     base = rows[0][1]
     for n, wall, m, (pss, used), _ in rows:
         sec = " | ".join(f"{m['seconds'].get(s, 0):.1f}" for s in stages)
-        parts = [p for p in m["ray"]["processes"] if p["role"].startswith("part")]
+        parts = [p for p in m["ray"]["processes"] if p["role"].startswith("part ")]
         largest = max(parts, key=lambda p: p["peak_rss_bytes"])
         print(f"| {n:,} | {wall:.0f} | {wall / base:.1f}x | {sec} | {pss / 2**30:.2f} "
               f"| {used / 2**30:.2f} | {m['peak_rss_bytes'] / 2**30:.2f} "

@@ -189,7 +189,9 @@ def test_a_ray_run_s_graphs_are_loaded_by_workers_and_read_back_as_one_process_s
             paths[name].write_text("\n".join(rows) + "\n")
     cfg = Config()
     here = load_pair(paths["source"], paths["target"], cfg)
-    there = load_pair(paths["source"], paths["target"], cfg, loaded=OnRay().loaded(cfg))
+    runner = OnRay()
+    there = load_pair(paths["source"], paths["target"], cfg, loaded=runner.loaded(cfg))
+    assert [u["role"] for u in runner.usage] == ["load source", "load target"]
     for a, b in ((here.source, there.source), (here.target, there.target)):
         assert b.edge_index.numel() == 0 and b.edge_weight is None and b.roles is None
         assert (b.num_nodes, b.num_edges, b.num_roles, b.stats) == (a.num_nodes, a.num_edges,
@@ -267,7 +269,8 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     assert metrics["ray"]["partitions"] == p
     assert len(list((tmp_path / f"p{p}" / "matches").iterdir())) == p
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
-    assert roles[:p] == [f"part {q}" for q in range(p)] and "refine+assign" in roles
+    assert roles[:4] == ["load source", "load target", "partition source", "partition target"]
+    assert roles[4:4 + p] == [f"part {q}" for q in range(p)] and "refine+assign" in roles
     assert all(proc["peak_rss_bytes"] > 0 for proc in metrics["ray"]["processes"])
     # its own memory, without the object store's pages: below the peak of all it touched
     assert all(0 < proc["private_bytes"] < proc["peak_rss_bytes"]
@@ -360,7 +363,8 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     # the held-out passes of a seeded run held the whole pair in a task of their own, not
     # in the driver, and the seeded channels were made in one too
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
-    assert (roles[0] == "prepare") == seeded and "prepare" not in roles[1:]
+    assert roles[:2] == ["load source", "load target"]
+    assert (roles[2] == "prepare") == seeded and "prepare" not in roles[3:]
     stages = set(metrics["seconds"])
     assert "estimate" in stages if seeded else "estimate" not in stages
     assert "assign" in stages and "refine+assign" not in stages

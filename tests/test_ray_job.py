@@ -34,6 +34,8 @@ def free_ports(n: int) -> list[int]:
 
 @pytest.mark.slow
 def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
+    """As on KubeRay (cluster/kuberay): a head that offers no core, where the job's driver
+    runs and its inputs are, and a worker node joined to it."""
     data = write_pair(tmp_path / "data", 2000, seed=1)
     config = tmp_path / "job.toml"
     config.write_text(f"""
@@ -54,12 +56,15 @@ def test_ray_job_submit_runs_jobs_align_and_lands_a_parquet_dataset(tmp_path):
     """.replace("\n        ", "\n"))
     port, dash = free_ports(2)
     env = {**os.environ, "RAY_PORT": str(port), "RAY_DASHBOARD_PORT": str(dash),
-           "RAY_NUM_CPUS": "2", "RAY_TEMP_DIR": f"/tmp/ray-tfgm-test-{port}",
+           "RAY_NUM_CPUS": "0", "RAY_TEMP_DIR": f"/tmp/ray-tfgm-test-{port}",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     started = subprocess.run([str(LOCAL), "start"], env=env, capture_output=True, text=True)
     try:
         assert started.returncode == 0, started.stderr
+        joined = subprocess.run([str(LOCAL), "join"], env={**env, "RAY_NUM_CPUS": "2"},
+                                capture_output=True, text=True)
+        assert joined.returncode == 0, joined.stderr
         job = subprocess.run([str(LOCAL), "submit", str(config)], env=env, capture_output=True,
                              text=True, timeout=900)
         log = job.stdout + job.stderr

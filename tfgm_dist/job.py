@@ -103,14 +103,16 @@ def _kept(result: Result, pair: Pair, cfg: Config, watch: Stopwatch, stage: writ
 
 
 class OnRay:
-    """The stages after load on Ray with ``cfg.ray.partitions`` parts; the automatic
-    choices first, and where they run passes (the held-out estimate, bootstrapping) those
-    in one Ray task (:func:`~tfgm_dist.distributed.prepare`). ``events`` hears of each
-    embedding layer and search part as it is submitted (the fault tests kill actors there)."""
+    """The job on Ray with ``cfg.ray.partitions`` parts: the graphs loaded by workers
+    (:meth:`loaded`), the automatic choices, and where they run passes (the held-out
+    estimate, bootstrapping) those in one Ray task (:func:`~tfgm_dist.distributed.prepare`).
+    ``events`` hears of each embedding layer and search part as it is submitted (the fault
+    tests kill actors there)."""
 
     def __init__(self, events: Events | None = None) -> None:
         self.events = events
         self.summary: dict[str, Any] = {}
+        self.usage: list[dict] = []  # of the processes that loaded the graphs
 
     def loaded(self, cfg: Config) -> Callable[[str | Path, str | Path], tuple[Graph, Graph]]:
         """How :func:`~tfgm_dist.pipeline.load_pair` loads the graphs for this runner: in
@@ -118,7 +120,8 @@ class OnRay:
         (:func:`~tfgm_dist.distributed.loaded`), on the cluster it joins here."""
         from . import distributed
         distributed.connect(cfg.ray.address)
-        return partial(distributed.loaded, cfg=cfg, fmt=cfg.job.format or None)
+        return partial(distributed.loaded, cfg=cfg, fmt=cfg.job.format or None,
+                       usage=self.usage)
 
     def run(self, pair: Pair, cfg: Config, watch: Stopwatch, stage: write.Location,
             about: dict[str, Any], resume: write.Location) -> tuple[dict, list[dict]]:
@@ -131,7 +134,7 @@ class OnRay:
         pair = distributed.held_pair(pair)
         pair, cfg, prepared, usage = distributed.prepare(pair, cfg, watch)
         on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared,
-                                 usage)
+                                 self.usage + usage)
         quality, files = on_ray.align_and_write(stage, about, resume)
         self.summary = {"ray": on_ray.report()}
         return quality, files

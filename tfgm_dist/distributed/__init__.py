@@ -216,17 +216,21 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
     return done + ray.get(out[0])
 
 
-def loaded(source: str | Path, target: str | Path, *, cfg: Config, fmt: str | None
-           ) -> tuple[Graph, Graph]:
+def loaded(source: str | Path, target: str | Path, *, cfg: Config, fmt: str | None,
+           usage: list[dict]) -> tuple[Graph, Graph]:
     """Both graphs of a pair loaded and :func:`~tfgm_dist.pipeline.ordered` at once, each in
     a task on this node, which reads its files where the driver fetched them
     (:func:`~.actors.load_held`): the driver receives their ids, names read from URIs and
     counts, and the references of their edges, weights and roles
-    (:class:`~tfgm_dist.graph.Held`), never the edges."""
+    (:class:`~tfgm_dist.graph.Held`), never the edges. The tasks' usage is added to
+    ``usage``."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    out = [load_held.options(scheduling_strategy=here).remote(str(path), fmt, cfg, is_target)
+    # no core asked: the driver's node may offer none (a KubeRay head, cluster/kuberay)
+    out = [load_held.options(num_cpus=0, scheduling_strategy=here).remote(str(path), fmt, cfg,
+                                                                          is_target)
            for is_target, path in ((False, source), (True, target))]
-    graphs = _got([o[0] for o in out])
+    graphs, used = zip(*_got([o[0] for o in out]))
+    usage.extend(used)
     return tuple(replace(g, held=replace(g.held, edges=o[1], weights=o[2], roles=o[3]))
                  for g, o in zip(graphs, out))
 
@@ -312,9 +316,12 @@ class Run:
             # the degree encoding need every node's degree
             degrees = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
             graphs = (pair.source, pair.target)
-            out = [parted.options(num_returns=1 + P).remote(g, P, cfg, degrees) for g in graphs]
-            (self.parting, self.exchange, self.has_roles, self.cut,
-             self.degrees) = (list(x) for x in zip(*_got([o[0] for o in out])))
+            out = [parted.options(num_returns=1 + P).remote(g, P, cfg, degrees,
+                                                            f"partition {name}")
+                   for g, name in zip(graphs, ("source", "target"))]
+            (self.parting, self.exchange, self.has_roles, self.cut, self.degrees,
+             used) = (list(x) for x in zip(*_got([o[0] for o in out])))
+            self.usage += used
             # Held for the run: a restarted actor is rebuilt from these objects. Each part
             # builds its rows of the operator from the edges that touch it: no process
             # builds a whole graph's operator on the parts' path (0.43 GiB at 1M nodes).

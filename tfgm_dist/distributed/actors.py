@@ -713,29 +713,35 @@ def whole_pair(pair: Pair) -> Pair:
 def load_held(path: str, fmt: str | None, cfg: Config, is_target: bool) -> tuple:
     """One graph loaded (:func:`~tfgm_dist.load.load_graph`, a Parquet layout's names and
     vectors left in ``nodes.parquet`` for the parts) and
-    :func:`~tfgm_dist.pipeline.ordered` in this task: the graph :func:`bare`, then its
-    edges, weights and roles as arrays, each an object of its own that the caller owns."""
+    :func:`~tfgm_dist.pipeline.ordered` in this task: the graph :func:`bare` and this
+    process's usage, then its edges, weights and roles as arrays, each an object of its own
+    that the caller owns."""
+    start, usage = time.perf_counter(), Usage(f"load {'target' if is_target else 'source'}")
     g = ordered(load_graph(path, fmt, cfg.job.columns, deferred=True), cfg, is_target)
     arrays = [None if t is None else t.numpy() for t in (g.edge_index, g.edge_weight, g.roles)]
-    return (bare(g, None, None, None), *arrays)
+    usage.add("load", start)
+    return ((bare(g, None, None, None), usage.report()), *arrays)
 
 
 # max_calls = 1: the worker exits after it, giving back the graph's memory
 @ray.remote(max_retries=RESTARTS, max_calls=1)
-def parted(graph: Graph, parts: int, cfg: Config, degrees: bool) -> tuple:
+def parted(graph: Graph, parts: int, cfg: Config, degrees: bool, role: str) -> tuple:
     """A held graph (:func:`bare`) partitioned into ``parts`` here, where its edges are read,
     and each part's halo planned (:func:`~.halo.halo_plans`): first the
     :class:`Partition`, each part's ``(needs, consumers)``, whether its plans carry relation
-    roles, how many edges the partition cuts and, where ``degrees``, every node's degree
-    (:func:`~tfgm_dist.features.degrees`); then each part's plan, an object each. Called
-    with ``num_returns=1 + parts``."""
+    roles, how many edges the partition cuts, where ``degrees`` every node's degree
+    (:func:`~tfgm_dist.features.degrees`), and this process's usage (as ``role``); then
+    each part's plan, an object each. Called with ``num_returns=1 + parts``."""
+    start, usage = time.perf_counter(), Usage(role)
     g, ec = whole_graph(graph), cfg.embed
     parting = partition(g.edge_index, g.num_nodes, parts, seed=cfg.seed,
                         method=cfg.ray.partitioner)
     plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator, ec.self_loops,
                        g.edge_weight, g.roles if ec.relations else None)
+    degree = features.degrees(g) if degrees else None
+    usage.add("partition", start)
     about = (parting, [(gp.needs, gp.consumers) for gp in plans], plans[0].num_roles > 0,
-             parting.cut_edges(g.edge_index), features.degrees(g) if degrees else None)
+             parting.cut_edges(g.edge_index), degree, usage.report())
     return (about, *plans)
 
 
