@@ -708,8 +708,11 @@ def whole_pair(pair: Pair) -> Pair:
     return replace(pair, source=whole_graph(pair.source), target=whole_graph(pair.target))
 
 
-# max_calls = 1: the worker exits after it, giving back the graph's memory
-@ray.remote(max_retries=RESTARTS, max_calls=1, num_returns=4)
+# A worker that loaded goes on to run the next tasks (a partition, a part's edges): with
+# max_calls = 1 each of these tasks started a worker of its own, importing torch again, and
+# the test suite's Ray runs took 4-5 s more each (yeast at P = 2: 17.0 -> 21.7 s). The
+# graph's arrays leave the worker with its return values.
+@ray.remote(max_retries=RESTARTS, num_returns=4)
 def load_held(path: str, fmt: str | None, cfg: Config, is_target: bool) -> tuple:
     """One graph loaded (:func:`~tfgm_dist.load.load_graph`, a Parquet layout's names and
     vectors left in ``nodes.parquet`` for the parts) and
@@ -723,8 +726,7 @@ def load_held(path: str, fmt: str | None, cfg: Config, is_target: bool) -> tuple
     return ((bare(g, None, None, None), usage.report()), *arrays)
 
 
-# max_calls = 1: the worker exits after it, giving back the graph's memory
-@ray.remote(max_retries=RESTARTS, max_calls=1)
+@ray.remote(max_retries=RESTARTS)
 def parted(graph: Graph, parts: int, cfg: Config, degrees: bool, role: str) -> tuple:
     """A held graph (:func:`bare`) partitioned into ``parts`` here, where its edges are read,
     and each part's halo planned (:func:`~.halo.halo_plans`): first the
