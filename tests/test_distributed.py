@@ -570,6 +570,7 @@ def scale_pair(tmp_path: Path) -> tuple[Config, dict]:
     return base, dict(source=data["source"], target=data["target"], gold=data["gold"])
 
 
+@pytest.mark.slow
 def test_the_scale_config_tunes_nprobe_on_the_merged_shards(cluster, tmp_path):
     base, paths = scale_pair(tmp_path)
     single = run_job(job(base, tmp_path / "single", 0, **paths))
