@@ -310,7 +310,9 @@ ON_PARTS = {  # the refinement and decoding that run on the part actors; bootstr
 }
 
 
-@pytest.mark.parametrize("case", ON_PARTS)
+@pytest.mark.parametrize("case", [  # the seeded round's, the longest, in the slow set
+    pytest.param(case, marks=pytest.mark.slow) if case == "refined, hints of a seeded round"
+    else case for case in ON_PARTS])
 def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster, tmp_path,
                                                                         case):
     """Three parts, the sparse one-to-one auction on the part actors, without and with
