@@ -120,6 +120,7 @@ class OnRay:
         (:func:`~tfgm_dist.distributed.loaded`), on the cluster it joins here."""
         from . import distributed
         distributed.connect(cfg.ray.address)
+        self.usage = []  # this job's, not an earlier one's of the same runner
         return partial(distributed.loaded, cfg=cfg, fmt=cfg.job.format or None,
                        usage=self.usage)
 
@@ -130,7 +131,9 @@ class OnRay:
         if cfg.ray.partitions > smaller:
             raise InputError(f"ray.partitions = {cfg.ray.partitions} exceeds the {smaller} "
                              "nodes of the smaller graph")
-        distributed.connect(cfg.ray.address)  # fails fast, before the passes of prepare
+        # joined where the graphs were loaded (:meth:`loaded`); a pair given in memory
+        # joins here and its edges are put into the object store
+        distributed.connect(cfg.ray.address)
         pair = distributed.held_pair(pair)
         pair, cfg, prepared, usage = distributed.prepare(pair, cfg, watch)
         on_ray = distributed.Run(pair, cfg, cfg.ray.partitions, watch, self.events, prepared,
