@@ -310,9 +310,13 @@ ON_PARTS = {  # the refinement and decoding that run on the part actors; bootstr
 }
 
 
-@pytest.mark.parametrize("case", [  # the seeded round's, the longest, in the slow set
-    pytest.param(case, marks=pytest.mark.slow) if case == "refined, hints of a seeded round"
-    else case for case in ON_PARTS])
+SLOW_ON_PARTS = {"refined, hints of a seeded round",  # the longest
+                 "auction, no seeds"}  # its parts' inputs as the streamed case's, its auction
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(case, marks=pytest.mark.slow) if case in SLOW_ON_PARTS else case
+    for case in ON_PARTS])
 def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster, tmp_path,
                                                                         case):
     """Three parts, the sparse one-to-one auction on the part actors, without and with
@@ -425,8 +429,9 @@ def as_part_files(nodes: Path) -> None:
     (nodes / "_SUCCESS").write_text("")
 
 
-@pytest.mark.parametrize("content", ["names", "vectors", "vectors in part files",
-                                     "vectors and seeds"])
+@pytest.mark.parametrize("content", [  # "vectors" read as from part files: in the slow set
+    "names", pytest.param("vectors", marks=pytest.mark.slow), "vectors in part files",
+    "vectors and seeds"])
 def test_the_parts_read_and_make_their_own_inputs_and_equal_one_process(cluster, tmp_path,
                                                                        monkeypatch, content):
     """Without seeds or bootstrapping each part reads its nodes' names or vectors from
