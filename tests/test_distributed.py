@@ -164,48 +164,83 @@ def test_the_parts_rows_with_relation_roles_add_up_to_the_whole_operators(parts,
     torch.testing.assert_close(sum(partials), expected[n:])
 
 
-@pytest.mark.parametrize("layout", ["parquet", "part files", "triples"])
+def _edge_set(edges: torch.Tensor, weights: torch.Tensor | None) -> list[tuple]:
+    """A graph's edges (and weights) in a canonical order: the order a load leaves them in
+    is not read by any stage."""
+    rows = edges.T.tolist() if weights is None else [
+        (*e, w) for e, w in zip(edges.T.tolist(), weights.tolist())]
+    return sorted(map(tuple, rows))
+
+
+@pytest.mark.parametrize("layout", ["parquet", "part files", "no nodes", "triples"])
 def test_a_ray_run_s_graphs_are_loaded_by_workers_and_read_back_as_one_process_s(
         cluster, tmp_path, layout):
-    """The driver of a Ray run holds no edges: each graph is loaded and ordered in a task
-    (the Parquet layout, its edges a folder of part files as Spark writes them, knowledge
-    graph triples with relation roles), the driver keeps the ids and the counts, and the
-    edges, weights and roles read back from the object store are one process's load."""
+    """The driver of a Ray run holds no edges: a Parquet layout is read by a worker per share
+    of its row groups, numbered, and cut into blocks by other workers (a single file of row
+    groups, its edges a folder of part files as Spark writes them with weights and
+    relations, edges without ``nodes.parquet``), a text file by one task (knowledge-graph
+    triples with relation roles); the driver keeps the ids and the counts. The blocks read
+    back are one process's load: the same ids in the same order, the same edges, the first
+    of repeated edges in file order with its weight, the same roles, self-loops and counts,
+    though the repeats and loops fall in different shares."""
     paths = write_pair(tmp_path, 300, seed=1)
-    if layout == "part files":
-        for name in ("source", "target"):
-            edges = pq.read_table(paths[name] / "edges.parquet")
-            (paths[name] / "edges.parquet").unlink()
-            edges = edges.append_column("weight", pa.array(np.linspace(0.5, 2, edges.num_rows),
+    rng = np.random.default_rng(0)
+    for name in ("source", "target"):
+        if layout == "triples":
+            break
+        edges = pq.read_table(paths[name] / "edges.parquet")
+        # repeats of earlier rows and self-loops, in later row groups / files
+        again = edges.take(rng.integers(0, edges.num_rows, 150))
+        loops = pa.table({"src": edges["src"][:20], "dst": edges["src"][:20]})
+        edges = pa.concat_tables([edges, again, loops.cast(edges.schema)])
+        (paths[name] / "edges.parquet").unlink()
+        if layout == "no nodes":
+            (paths[name] / "nodes.parquet").unlink()
+        if layout == "part files":
+            edges = edges.append_column("weight", pa.array(rng.uniform(0.5, 2, edges.num_rows),
                                                            pa.float32()))
+            edges = edges.append_column("relation", pa.array(
+                rng.choice(["knows", "likes", "cites"], edges.num_rows)))
             folder = paths[name] / "edges.parquet"
             folder.mkdir()
-            for i, at in enumerate(range(0, edges.num_rows, 700)):
-                pq.write_table(edges.slice(at, 700), folder / f"part-{i:05d}.parquet")
+            for i, at in enumerate(range(0, edges.num_rows, 300)):
+                pq.write_table(edges.slice(at, 300), folder / f"part-{i:05d}.parquet")
+        else:
+            pq.write_table(edges, paths[name] / "edges.parquet", row_group_size=150)
     if layout == "triples":
         for name, rows in (("source", ["a\tq\tb", "b\tr\tc", "c\tq\ta", "d\tr\ta"]),
                            ("target", ["x\tq\ty", "y\tr\tz", "z\tq\tx", "w\tq\tz"])):
             paths[name] = tmp_path / f"{name}.triples"
             paths[name].write_text("\n".join(rows) + "\n")
-    cfg = Config()
+    cfg = from_toml("[ray]\npartitions = 3")
     here = load_pair(paths["source"], paths["target"], cfg)
     runner = OnRay()
     there = load_pair(paths["source"], paths["target"], cfg, loaded=runner.loaded(cfg))
-    assert [u["role"] for u in runner.usage] == ["load source", "load target"]
+    roles = [u["role"] for u in runner.usage]
+    if layout == "triples":
+        assert roles == ["load source", "load target"]
+    else:  # a share a file or about 1 / 3 of the row groups, a block a part
+        assert {r.rsplit(" ", 1)[0] for r in roles} == {
+            f"load {g} {kind}" for g in ("source", "target") for kind in ("share", "block")}
+        assert sum("source share" in r for r in roles) == 3
     for a, b in ((here.source, there.source), (here.target, there.target)):
         assert b.edge_index.numel() == 0 and b.edge_weight is None and b.roles is None
         assert (b.num_nodes, b.num_edges, b.num_roles, b.stats) == (a.num_nodes, a.num_edges,
                                                                      a.num_roles, a.stats)
+        if layout != "triples":
+            assert a.stats["duplicate_edges"] >= 100 and a.stats["self_loops"] == 20
         assert a.ids.equals(b.ids)  # the same numbering, the target's drawn order too
         read = whole_graph(b).with_content()
-        assert torch.equal(read.edge_index, a.edge_index)
-        for x, y in ((read.edge_weight, a.edge_weight), (read.roles, a.roles),
-                     (read.features, a.features)):
-            assert (x is None and y is None) or torch.equal(x, y)
-        assert read.names == a.names
-    assert (there.source.num_roles > 0) == (layout == "triples")
-    assert (there.source.edge_weight, here.source.edge_weight is not None) == (
-        None, layout == "part files")
+        assert _edge_set(read.edge_index, read.edge_weight) == _edge_set(a.edge_index,
+                                                                           a.edge_weight)
+        assert (read.roles is None) == (a.roles is None)
+        if a.roles is not None:
+            assert _edge_set(read.roles, None) == _edge_set(a.roles, None)
+        assert (read.features is None and a.features is None) or torch.equal(read.features,
+                                                                              a.features)
+        assert read.names == a.names and read.names_from_ids == a.names_from_ids
+    assert (there.source.num_roles > 0) == (layout in ("triples", "part files"))
+    assert (here.source.edge_weight is not None) == (layout == "part files")
 
 
 def test_a_bad_input_loaded_by_a_worker_is_one_error(cluster, tmp_path):
@@ -215,6 +250,24 @@ def test_a_bad_input_loaded_by_a_worker_is_one_error(cluster, tmp_path):
     bad.write_text("1\t2\n3\n")
     with pytest.raises(InputError, match=r"bad.tsv.*line 2"):
         OnRay().loaded(Config())(good, bad)
+
+
+def test_a_bad_row_in_a_later_share_is_named_as_one_process_names_it(cluster, tmp_path):
+    """The workers that read and number a Parquet layout's shares name a bad row by its row
+    of the whole file, as one process's load does."""
+    paths = write_pair(tmp_path, 300, seed=1)
+    edges = pq.read_table(paths["target"] / "edges.parquet")
+    src = edges["src"].to_pylist()
+    src[900] = "no such node"  # an id nodes.parquet does not list
+    edges = edges.set_column(0, "src", pa.array(src, edges.schema.field("src").type))
+    pq.write_table(edges, paths["target"] / "edges.parquet", row_group_size=150)
+    cfg = from_toml("[ray]\npartitions = 3")
+    with pytest.raises(InputError) as one:
+        load_pair(paths["source"], paths["target"], cfg)
+    with pytest.raises(InputError) as there:
+        load_pair(paths["source"], paths["target"], cfg, loaded=OnRay().loaded(cfg))
+    assert str(there.value) == str(one.value)
+    assert "row 901" in str(one.value) and "not listed" in str(one.value)
 
 
 def test_one_actor_per_gpu_with_its_tensors_on_cuda():
@@ -369,8 +422,10 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
     # the held-out passes of a seeded run held the whole pair in a task of their own, not
     # in the driver, and the seeded channels were made in one too
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
-    assert roles[:2] == ["load source", "load target"]
-    assert (roles[2] == "prepare") == seeded and "prepare" not in roles[3:]
+    loads = sum(r.startswith("load ") for r in roles)  # each graph's shares, a block a part
+    assert [r.split()[:3] for r in roles[:loads] if "block" in r] == [
+        ["load", g, "block"] for g in ("source", "target") for _ in range(p)]
+    assert (roles[loads] == "prepare") == seeded and "prepare" not in roles[loads + 1:]
     stages = set(metrics["seconds"])
     assert "estimate" in stages if seeded else "estimate" not in stages
     assert "assign" in stages and "refine+assign" not in stages
@@ -640,10 +695,12 @@ def test_an_actor_killed_is_restarted_and_the_output_is_identical(cluster, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("task", ["read_share", "number_share", "join_block"])
 def test_a_worker_killed_while_it_loads_a_graph_is_replaced_and_the_output_is_identical(
-        cluster, tmp_path):
-    """The task that loads a graph runs again in a new worker when its own is killed
-    (SIGKILL, as the kernel's OOM killer would), and the run writes the same rows."""
+        cluster, tmp_path, task):
+    """A task that loads a graph (reading a share of its row groups, numbering it, joining
+    a block) runs again in a new worker when its own is killed (SIGKILL, as the kernel's OOM
+    killer would), and the run writes the same rows."""
     psutil = pytest.importorskip("psutil")
     data = write_pair(tmp_path / "data", 3000, seed=5)
     base = from_toml("[bootstrap]\nrounds = 0")
@@ -654,7 +711,7 @@ def test_a_worker_killed_while_it_loads_a_graph_is_replaced_and_the_output_is_id
     def hunt() -> None:  # a worker running the task is titled after it
         while not stop.is_set() and not killed:
             for proc in psutil.process_iter(["cmdline"]):
-                if (proc.info["cmdline"] or [""])[0].startswith("ray::load_held"):
+                if (proc.info["cmdline"] or [""])[0].startswith(f"ray::{task}"):
                     proc.kill()
                     killed.append(proc.pid)
                     break

@@ -695,3 +695,15 @@ def test_any_bytes_give_a_graph_or_input_error(tmp_path, data, suffix):
         assert "\n" not in str(e) and str(path) in str(e)
     else:
         assert isinstance(g, Graph) and g.num_edges <= g.stats["input_edges"]
+
+
+def test_row_groups_are_cut_into_shares_of_about_equal_rows_in_file_order():
+    from tfgm_dist.load.shares import Share, cut
+    groups = [("a", 0, 100), ("a", 1, 0), ("a", 2, 100), ("b", 0, 100), ("b", 1, 100),
+              ("c", 0, 50)]
+    assert cut(groups, 2) == [Share((("a", 0), ("a", 2), ("b", 0)), 0),
+                              Share((("b", 1), ("c", 0)), 300)]
+    assert cut(groups, 1) == [Share((("a", 0), ("a", 2), ("b", 0), ("b", 1), ("c", 0)), 0)]
+    # more shares asked than row groups: one a group, none empty
+    assert [s.offset for s in cut(groups, 10)] == [0, 100, 200, 300, 400]
+    assert cut([("a", 0, 0)], 3) == []

@@ -24,13 +24,14 @@ if TYPE_CHECKING:  # the loaders import this module
 @dataclass(frozen=True)
 class Held:
     """A graph's edges, weights and relation roles kept out of this process, and how many
-    there are: in a Ray run the driver's graphs hold their ids and these handles (object
-    references of the ``[2, E]`` edges, the ``[E]`` weights or ``None``, the ``[2, M]``
-    roles or ``None``), and the tasks that need the edges read them there."""
+    there are: in a Ray run the driver's graphs hold their ids and these handles, the tasks
+    that need the edges read them there. Each is a list of object references, one per block
+    of the graph (:mod:`tfgm_dist.load.shares`): of ``[2, E_b]`` edges, of ``[E_b]``
+    weights or ``None``, of ``[2, M_b]`` roles or ``None``."""
 
-    edges: Any
-    weights: Any
-    roles: Any
+    edges: list[Any]
+    weights: list[Any]
+    roles: list[Any]
     num_edges: int
     num_roles: int
 

@@ -3,10 +3,12 @@
 The driver holds the pair's ids, the loader's counts and object references; everything that
 grows with the graphs' edges runs in Ray workers:
 
-- **load**: each graph is read in a task on the driver's node, where its files are
-  (:func:`loaded`); the task numbers and orders the nodes and puts the edges, weights and
-  relation roles into the object store, and the driver keeps their references
-  (:class:`~tfgm_dist.graph.Held`). A pair given in memory is put there first
+- **load**: a Parquet layout is read in shares of its row groups, a task per share on the
+  driver's node, where its files are; the driver numbers the nodes from the ids the shares
+  met (or ``nodes.parquet``'s) and tasks cut the numbered edges into a block per part
+  (:mod:`tfgm_dist.load.shares`, :func:`loaded`). A text file is read by one task. The
+  edges, weights and relation roles stay in the object store, and the driver keeps their
+  references (:class:`~tfgm_dist.graph.Held`). A pair given in memory is put there first
   (:func:`held_pair`). Every task that needs a whole graph reads them back
   (:func:`~.actors.whole_graph`).
 - **partition**: a task per graph partitions it where its edges are read and plans its
@@ -64,7 +66,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import numpy as np
 import ray
@@ -74,21 +76,24 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from .. import auto, checkpoint, estimate, metrics, write
 from ..assign import AUCTION_EPS, auction, dense_assignment, spanning
 from ..auto import Prepared
-from ..config import Config, EmbedConfig
+from ..config import Config, EmbedConfig, column_names
 from ..embed import LayerParams, layer_params
 from ..errors import InputError, JobError
 from ..features import Channel
-from ..graph import Graph
+from ..graph import Graph, Held
+from ..load import shares
+from ..load.formats import guess_format
+from ..load.ids import uri_names
 from ..partition import Partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
-                        content_kind, counted, decodes_on_scores, has_structure, plan, scale,
-                        search_options)
+                        content_kind, counted, decodes_on_scores, has_structure, ordered, plan,
+                        scale, search_options)
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
-                     anchored_inputs, bare, finish, gathered_embedding, load_held, parted,
-                     part_counts, part_of_graph, prepare_whole, role_rows, usage_of,
-                     write_part)
+                     anchored_inputs, bare, finish, gathered_embedding, join_block, load_held,
+                     number_share, parted, part_counts, part_of_graph, prepare_whole,
+                     read_share, role_rows, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import halo_plans
 
@@ -218,21 +223,87 @@ def one_to_one(workers: list[ray.actor.ActorHandle], chunks: list[list[ray.Objec
 
 def loaded(source: str | Path, target: str | Path, *, cfg: Config, fmt: str | None,
            usage: list[dict]) -> tuple[Graph, Graph]:
-    """Both graphs of a pair loaded and :func:`~tfgm_dist.pipeline.ordered` at once, each in
-    a task on this node, which reads its files where the driver fetched them
-    (:func:`~.actors.load_held`): the driver receives their ids, names read from URIs and
-    counts, and the references of their edges, weights and roles
-    (:class:`~tfgm_dist.graph.Held`), never the edges. The tasks' usage is added to
-    ``usage``."""
+    """Both graphs of a pair loaded and :func:`~tfgm_dist.pipeline.ordered` by workers, the
+    two at once: the driver receives their ids, names read from URIs and counts, and the
+    references of their edges, weights and roles (:class:`~tfgm_dist.graph.Held`), never
+    the edges. A Parquet layout is read in shares of its row groups, as many as the run's
+    parts (:func:`_in_shares`); a text file by one task on this node, where the driver
+    fetched it (:func:`~.actors.load_held`). The tasks' usage is added to ``usage``."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    steps = [_in_shares(Path(path), cfg, is_target, here)
+             if (fmt or guess_format(Path(path))) == "parquet" else
+             _in_one_task(str(path), fmt, cfg, is_target, here)
+             for is_target, path in ((False, source), (True, target))]
+    done: list[tuple[Graph, list[dict]] | None] = [None, None]
+    while None in done:  # each graph's next round submitted before either's is awaited
+        for i, step in enumerate(steps):
+            if done[i] is None:
+                try:
+                    next(step)
+                except StopIteration as finished:
+                    done[i] = finished.value
+    for _, used in done:
+        usage.extend(used)
+    return tuple(graph for graph, _ in done)
+
+
+Loading = Generator[None, None, tuple[Graph, list[dict]]]  # yields when a round is submitted
+
+
+def _in_one_task(path: str, fmt: str | None, cfg: Config, is_target: bool,
+                 here: NodeAffinitySchedulingStrategy) -> Loading:
+    """One graph loaded in one task (:func:`~.actors.load_held`), its arrays an object each."""
     # no core asked: the driver's node may offer none (a KubeRay head, cluster/kuberay)
-    out = [load_held.options(num_cpus=0, scheduling_strategy=here).remote(str(path), fmt, cfg,
-                                                                          is_target)
-           for is_target, path in ((False, source), (True, target))]
-    graphs, used = zip(*_got([o[0] for o in out]))
-    usage.extend(used)
-    return tuple(replace(g, held=replace(g.held, edges=o[1], weights=o[2], roles=o[3]))
-                 for g, o in zip(graphs, out))
+    out = load_held.options(num_cpus=0, scheduling_strategy=here).remote(path, fmt, cfg,
+                                                                         is_target)
+    yield
+    (graph, used), = _got([out[0]])
+    return replace(graph, held=replace(graph.held, edges=[out[1]], weights=[out[2]],
+                                       roles=[out[3]])), [used]
+
+
+def _in_shares(path: Path, cfg: Config, is_target: bool,
+               here: NodeAffinitySchedulingStrategy) -> Loading:
+    """A Parquet layout loaded as :mod:`tfgm_dist.load.shares` says, its edges cut into as
+    many blocks as the run has parts: here, its footers and ``nodes.parquet``'s ids
+    (:func:`~tfgm_dist.load.shares.plan`); on this node, where its files are, a task per
+    share reading the rows (:func:`~.actors.read_share`); anywhere, a task per share
+    numbering them (:func:`~.actors.number_share`) and one per block joining the shares'
+    pieces of it (:func:`~.actors.join_block`)."""
+    name, blocks = "target" if is_target else "source", max(1, cfg.ray.partitions)
+    layout = shares.plan(path, column_names(cfg.job.columns), blocks)
+    listed = layout.node_ids
+    light = ray.put(replace(layout, files=replace(layout.files, nodes=None)))
+    reads = [read_share.options(num_cpus=0, scheduling_strategy=here).remote(
+        light, share, f"load {name} share {i}") for i, share in enumerate(layout.shares)]
+    yield
+    met, rows, used = zip(*_got([r[0] for r in reads]))
+    ids = shares.met_ids([i for i, _ in met], layout.files.edges_path) if listed is None \
+        else listed
+    relations = shares.relations_of([r for _, r in met])
+    files = layout.files
+    graph = ordered(Graph(ids, torch.zeros(2, 0, dtype=torch.long), source=str(path),
+                          content=files.content), cfg, is_target)
+    numbered_by = ray.put(graph.ids)
+    numbers = [number_share.options(num_returns=1 + blocks).remote(
+        r[1], light, share, numbered_by, relations, blocks)
+        for r, share in zip(reads, layout.shares)]
+    joins = [join_block.options(num_returns=4).remote(
+        graph.num_nodes, f"load {name} block {b}", *(n[1 + b] for n in numbers))
+        for b in range(blocks)]
+    yield
+    loops = sum(_got([n[0] for n in numbers]))
+    kept, dropped, block_usage = zip(*_got([j[0] for j in joins]))
+    if loops == sum(rows):
+        raise InputError(f"{path}: every edge is a self-loop; a graph needs edges between "
+                         "distinct nodes")
+    names = uri_names(graph.ids) if files.content is None else None
+    graph = replace(graph, names=names, names_from_ids=names is not None,
+                    stats={"input_edges": sum(rows), "self_loops": loops,
+                           "duplicate_edges": sum(dropped)})
+    held = Held([j[1] for j in joins], [j[2] for j in joins], [j[3] for j in joins],
+                sum(kept), 0 if relations is None else 2 * len(relations))
+    return replace(graph, held=held), [*used, *block_usage]
 
 
 def held_pair(pair: Pair) -> Pair:
@@ -241,7 +312,7 @@ def held_pair(pair: Pair) -> Pair:
     def held(g: Graph) -> Graph:
         if g.held is not None:
             return g
-        return bare(g, *(ray.put(None if t is None else t.numpy())
+        return bare(g, *([ray.put(None if t is None else t.numpy())]
                          for t in (g.edge_index, g.edge_weight, g.roles)))
 
     return replace(pair, source=held(pair.source), target=held(pair.target))

@@ -29,7 +29,8 @@ from ..partition import Partition, partition
 from ..errors import InputError
 from ..features import node_named
 from ..graph import Graph, Held
-from ..load import load_graph
+from ..load import load_graph, shares
+from ..load.formats import EdgeRows
 from ..pipeline import (Content, Pair, Plan, Result, Scored, channels, conclude,
                         content_channels, content_counts, content_rows, evaluate, node_inputs,
                         operators, ordered, refined)
@@ -690,17 +691,26 @@ def bare(graph: Graph, edges: Any, weights: Any, roles: Any) -> Graph:
                                          graph.num_roles))
 
 
+def _joined(refs: list | None, axis: int) -> torch.Tensor | None:
+    """The blocks behind ``refs`` (:class:`~tfgm_dist.graph.Held`) as one tensor."""
+    arrays = [] if refs is None else ray.get(refs)
+    if not arrays or arrays[0] is None:
+        return None
+    with warnings.catch_warnings():  # torch warns of every read-only array it wraps
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(arrays[0] if len(arrays) == 1 else
+                                np.concatenate(arrays, axis=axis))
+
+
 def whole_graph(graph: Graph) -> Graph:
     """``graph`` with its held edges, weights and roles read back from the object store
-    (read-only, not copied): what a task that needs a whole graph works on."""
+    (one block read-only, not copied; several joined): what a task that needs a whole graph
+    works on."""
     if graph.held is None:
         return graph
     h = graph.held
-    with warnings.catch_warnings():  # torch warns of every read-only array it wraps
-        warnings.simplefilter("ignore", UserWarning)
-        edges, weights, roles = (None if a is None else torch.from_numpy(a)
-                                 for a in ray.get([h.edges, h.weights, h.roles]))
-    return replace(graph, edge_index=edges, edge_weight=weights, roles=roles, held=None)
+    return replace(graph, edge_index=_joined(h.edges, 1), edge_weight=_joined(h.weights, 0),
+                   roles=_joined(h.roles, 1), held=None)
 
 
 def whole_pair(pair: Pair) -> Pair:
@@ -714,16 +724,49 @@ def whole_pair(pair: Pair) -> Pair:
 # graph's arrays leave the worker with its return values.
 @ray.remote(max_retries=RESTARTS, num_returns=4)
 def load_held(path: str, fmt: str | None, cfg: Config, is_target: bool) -> tuple:
-    """One graph loaded (:func:`~tfgm_dist.load.load_graph`, a Parquet layout's names and
-    vectors left in ``nodes.parquet`` for the parts) and
+    """One graph of a text format loaded (:func:`~tfgm_dist.load.load_graph`) and
     :func:`~tfgm_dist.pipeline.ordered` in this task: the graph :func:`bare` and this
-    process's usage, then its edges, weights and roles as arrays, each an object of its own
-    that the caller owns."""
+    process's usage, then its edges, weights and roles as arrays (``None`` where it has
+    none), each an object of its own that the caller owns."""
     start, usage = time.perf_counter(), Usage(f"load {'target' if is_target else 'source'}")
     g = ordered(load_graph(path, fmt, cfg.job.columns, deferred=True), cfg, is_target)
     arrays = [None if t is None else t.numpy() for t in (g.edge_index, g.edge_weight, g.roles)]
     usage.add("load", start)
     return ((bare(g, None, None, None), usage.report()), *arrays)
+
+
+@ray.remote(max_retries=RESTARTS, num_returns=2)
+def read_share(layout: shares.Plan, share: shares.Share, role: str) -> tuple:
+    """A share of a Parquet layout's edge rows read and checked here
+    (:func:`~tfgm_dist.load.shares.read`): first the ids and relations it met
+    (:func:`~tfgm_dist.load.shares.met`), its row count and this process's usage, then
+    the rows, an object of their own."""
+    start, usage = time.perf_counter(), Usage(role)
+    rows = shares.read(layout, share)
+    met = shares.met(rows, layout.files.edges_path, layout.files.nodes is not None)
+    usage.add("load", start)
+    return (met, rows.num_rows, usage.report()), rows
+
+
+@ray.remote(max_retries=RESTARTS)
+def number_share(rows: EdgeRows, layout: shares.Plan, share: shares.Share, ids: pa.Array,
+                 relations: pa.Array | None, blocks: int) -> tuple:
+    """:func:`~tfgm_dist.load.shares.numbered` here: the self-loops dropped, then each
+    block's :class:`~tfgm_dist.load.shares.Piece`. Called with ``num_returns=1 + blocks``."""
+    loops, pieces = shares.numbered(rows, layout, share, ids, relations, blocks)
+    return (loops, *pieces)
+
+
+@ray.remote(max_retries=RESTARTS, num_returns=4)
+def join_block(num_nodes: int, role: str, *pieces: shares.Piece) -> tuple:
+    """One block of a graph from every share's piece of it
+    (:func:`~tfgm_dist.load.shares.joined`): first its edge count, the repeated edges it
+    dropped and this process's usage, then its edges, weights and roles, an object each."""
+    start, usage = time.perf_counter(), Usage(role)
+    block, dropped = shares.joined(list(pieces), num_nodes)
+    usage.add("load", start)
+    return ((block.edges.shape[1], dropped, usage.report()), block.edges, block.weights,
+            block.roles)
 
 
 @ray.remote(max_retries=RESTARTS)
@@ -748,10 +791,17 @@ def parted(graph: Graph, parts: int, cfg: Config, degrees: bool, role: str) -> t
 
 
 @ray.remote(max_retries=RESTARTS)
-def part_of_graph(plan: GraphPart, edges: np.ndarray, weights: np.ndarray | None,
+def part_of_graph(plan: GraphPart, edges: list[ray.ObjectRef], weights: list[ray.ObjectRef],
                   part: np.ndarray) -> GraphPart:
-    """:func:`~.halo.with_edges`: part ``plan``'s edges cut out here, not in the driver."""
-    return with_edges(plan, edges, weights, part)
+    """:func:`~.halo.with_edges`: part ``plan``'s edges cut out here, not in the driver, from
+    each block of the graph's (:class:`~tfgm_dist.graph.Held`) in turn: this process holds
+    one block beyond its part's edges."""
+    cut = [with_edges(plan, *ray.get([e, w]), part) for e, w in zip(edges, weights)]
+    if len(cut) == 1:
+        return cut[0]
+    return replace(plan, edges=torch.cat([c.edges for c in cut], dim=1),
+                   weights=None if cut[0].weights is None else
+                   torch.cat([c.weights for c in cut]))
 
 
 @ray.remote(max_retries=RESTARTS)

@@ -2,7 +2,8 @@
 
 This module holds the public loaders; the formats are in :mod:`.formats`, the reading of
 text, Parquet and Delta tables in :mod:`.tables`, ids, weights and numbering in :mod:`.ids`,
-remote inputs in :mod:`.remote`.
+remote inputs in :mod:`.remote`, a Parquet layout read in shares by several workers (a run
+on Ray) in :mod:`.shares`.
 
 Formats: plain edge lists, knowledge-graph triples, LEDA ``.gw``, a Parquet directory layout,
 and Arrow tables with its columns (the DBP15k importer of the benchmarks, ``jobs/dbp15k.py``,

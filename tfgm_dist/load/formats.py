@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,27 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
     names and vectors are left in the file (:attr:`Graph.content`), their types checked,
     for the parts of a run to read.
     """
+    files = layout_files(path, names, deferred)
+    return layout_graph(streamed_batches(files.edges_path, list(files.columns.values())),
+                        files.columns, files.edges_path, files.nodes, files.nodes_path,
+                        str(path), files.content)
+
+
+@dataclass(frozen=True)
+class LayoutFiles:
+    """A Parquet layout's files before its edges are read: where they are, the edge columns
+    (:func:`~.tables.edge_columns`), the checked node table (``None`` without
+    ``nodes.parquet``; ids only where its names and vectors are left in ``content``)."""
+
+    edges_path: Path
+    columns: dict[str, str]
+    nodes: pa.Table | None
+    nodes_path: Path
+    content: NodeContent | None
+
+
+def layout_files(path: Path, names: dict[str, str], deferred: bool) -> LayoutFiles:
+    """The :class:`LayoutFiles` of the layout at ``path`` (:func:`load_parquet_dir`)."""
     edges_only = path.suffix.lower() == ".parquet" and not (path / "edges.parquet").exists()
     if not path.is_dir() and not edges_only:
         raise InputError(f"{path}: the Parquet layout is a directory holding edges.parquet, "
@@ -143,24 +165,35 @@ def load_parquet_dir(path: Path, names: dict[str, str], deferred: bool = False) 
              if not edges_only and nodes_path.exists() else None)
     # the file itself, or a Delta table of edges
     edges_path = path if edges_only or is_delta(path) else path / "edges.parquet"
-    edges = parquet_dataset(edges_path)
-    columns = edge_columns(edges.schema.names, edges_path, names)
+    columns = edge_columns(parquet_dataset(edges_path).schema.names, edges_path, names)
     content = (node_content(nodes_path, names, nodes.num_rows)
                if deferred and nodes is not None else None)
-    return layout_graph(streamed_batches(edges_path, list(columns.values())), columns,
-                        edges_path, nodes, nodes_path, str(path), content)
+    return LayoutFiles(edges_path, columns, nodes, nodes_path, content)
 
 
-def layout_graph(batches: Iterable[pa.RecordBatch], columns: dict[str, str], edges_path: Path,
-                 nodes: pa.Table | None, nodes_path: Path, source: str,
-                 content: NodeContent | None = None) -> Graph:
-    """The graph of the Parquet layout's edge batches (``columns``:
-    :func:`~.tables.edge_columns`, in its order) and checked node table, its names and
-    vectors read from the table or left in ``content``; a ``relation`` column gives the
-    nodes roles, as triples do (:func:`~.ids.relation_roles`)."""
-    node_ids = None if nodes is None else nodes.column("id").combine_chunks()
+@dataclass(frozen=True)
+class EdgeRows:
+    """The Parquet layout's edge columns of some of its rows, checked: the ids (int64 or
+    string) at each end, the weights and the relations where the layout has them."""
+
+    src: pa.Array
+    dst: pa.Array
+    weight: np.ndarray | None
+    relations: pa.Array | None
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.src)
+
+
+def edge_rows(batches: Iterable[pa.RecordBatch], columns: dict[str, str], edges_path: Path,
+              offset: int = 0) -> EdgeRows:
+    """The :class:`EdgeRows` of ``batches`` (``columns``: :func:`~.tables.edge_columns`, in
+    its order), the first of them row ``offset + 1`` of ``edges_path`` (errors name it); an
+    empty file or share is an error."""
     at = {c: i for i, c in enumerate(columns)}
-    src_parts, dst_parts, weight_parts, relation_parts, offset = [], [], [], [], 0
+    start = offset
+    src_parts, dst_parts, weight_parts, relation_parts = [], [], [], []
     for batch in batches:
         rows = Rows(edges_path, [no_nulls(batch.column(c), edges_path, c, offset)
                                  for c in columns.values()], offset=offset)
@@ -171,14 +204,27 @@ def layout_graph(batches: Iterable[pa.RecordBatch], columns: dict[str, str], edg
         if "relation" in at:
             relation_parts.append(rows.columns[at["relation"]])
         offset += batch.num_rows
-    if offset == 0:
+    if offset == start:
         raise InputError(f"{edges_path}: no edges")
-    weight = np.concatenate(weight_parts) if weight_parts else None
-    relations = pa.concat_arrays(relation_parts) if relation_parts else None
+    return EdgeRows(pa.concat_arrays(src_parts), pa.concat_arrays(dst_parts),
+                    np.concatenate(weight_parts) if weight_parts else None,
+                    pa.concat_arrays(relation_parts) if relation_parts else None)
+
+
+def layout_graph(batches: Iterable[pa.RecordBatch], columns: dict[str, str], edges_path: Path,
+                 nodes: pa.Table | None, nodes_path: Path, source: str,
+                 content: NodeContent | None = None) -> Graph:
+    """The graph of the Parquet layout's edge batches (``columns``:
+    :func:`~.tables.edge_columns`, in its order) and checked node table, its names and
+    vectors read from the table or left in ``content``; a ``relation`` column gives the
+    nodes roles, as triples do (:func:`~.ids.relation_roles`)."""
+    node_ids = None if nodes is None else nodes.column("id").combine_chunks()
+    edges = edge_rows(batches, columns, edges_path)
+    weight, relations = edges.weight, edges.relations
     # the batches' ids dropped as soon as they are one column, the columns as soon as they
     # are numbers: a 1M-node graph's load peaked 0.12 GiB higher holding them to the end
-    src, dst = pa.concat_arrays(src_parts), pa.concat_arrays(dst_parts)
-    del src_parts, dst_parts
+    src, dst = edges.src, edges.dst
+    del edges
     if node_ids is None:
         if src.type != dst.type:
             raise InputError(f"{edges_path}: src ids are {src.type} but dst ids are {dst.type}")

@@ -165,13 +165,20 @@ def factorize(src: pa.Array, dst: pa.Array) -> tuple[pa.Array, np.ndarray, np.nd
     return encoded.dictionary, codes[:, 0].copy(), codes[:, 1].copy()
 
 
-def relation_roles(relations: pa.Array, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """The ``[2, M]`` ``(node, role)`` pairs of triples ``(src, relation, dst)``, each once:
-    the ``r``-th relation in the sort order of its values gives role ``2r`` to its heads and
-    ``2r + 1`` to its tails (so the order of a file's lines changes nothing)."""
+def relation_values(relations: pa.Array) -> pa.Array:
+    """The distinct values of a relation column, sorted: relation ``r`` is the ``r``-th."""
     values = pc.unique(relations)
-    code = pc.index_in(relations, values.take(pc.sort_indices(values))).to_numpy().astype(
-        np.int64)
+    return values.take(pc.sort_indices(values))
+
+
+def relation_roles(relations: pa.Array, src: np.ndarray, dst: np.ndarray,
+                   values: pa.Array | None = None) -> np.ndarray:
+    """The ``[2, M]`` ``(node, role)`` pairs of triples ``(src, relation, dst)``, each once:
+    the ``r``-th relation of ``values`` (default: :func:`relation_values` of ``relations``;
+    a graph read in shares gives every share all of them) gives role ``2r`` to its heads and
+    ``2r + 1`` to its tails (so the order of a file's lines changes nothing)."""
+    values = relation_values(relations) if values is None else values
+    code = pc.index_in(relations, values).to_numpy().astype(np.int64)
     pairs = np.concatenate([np.stack([src, 2 * code]), np.stack([dst, 2 * code + 1])], axis=1)
     return np.unique(pairs, axis=1)
 
@@ -198,6 +205,12 @@ def uri_names(uris: pa.Array) -> list[str] | None:
     return [unquote(x).replace("_", " ") for x in local.to_pylist()]
 
 
+def first_of_each(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
+    """The positions of the first of each distinct ``(src, dst)`` edge, increasing."""
+    _, first = np.unique(src * num_nodes + dst, return_index=True)
+    return np.sort(first)
+
+
 def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
                 weight: np.ndarray | None = None, names: list[str] | None = None,
                 features: torch.Tensor | None = None, stats: dict[str, int] | None = None,
@@ -215,9 +228,7 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
     if len(src) and not len(candidates):
         raise InputError(f"{source}: every edge is a self-loop; a graph needs edges between "
                          "distinct nodes")
-    keys = src[candidates] * len(ids) + dst[candidates]
-    _, first = np.unique(keys, return_index=True)
-    kept = candidates[np.sort(first)]
+    kept = candidates[first_of_each(src[candidates], dst[candidates], len(ids))]
     from_ids = names is None and features is None and content is None
     if from_ids:
         names = uri_names(ids if uris is None else uris)
@@ -233,5 +244,5 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
         content=content,
         roles=None if roles is None else torch.from_numpy(roles),
         stats={"input_edges": len(src), "self_loops": int(loops.sum()),
-               "duplicate_edges": len(candidates) - len(first), **(stats or {})},
+               "duplicate_edges": len(candidates) - len(kept), **(stats or {})},
     )

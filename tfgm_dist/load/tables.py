@@ -3,7 +3,7 @@ Delta tables, and the Parquet layout's node columns; every fault one :class:`Inp
 naming the file and the line or row."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,20 +206,26 @@ STREAM_ROWS = 1 << 16
 STREAM_BYTES = 1 << 22
 
 
-def streamed_batches(path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
+def streamed_batches(path: Path, columns: list[str],
+                     pieces: Iterable[tuple[str, int]] | None = None
+                     ) -> Iterator[pa.RecordBatch]:
     """``columns`` of :func:`parquet_dataset` ``path``'s rows in file order, a batch of
     :data:`STREAM_ROWS` at a time, each file read :data:`STREAM_BYTES` at a time: never a
-    whole column chunk in memory, however large the row groups. Arrow's allocator keeps
+    whole column chunk in memory, however large the row groups. ``pieces``: only these
+    ``(file, row group)`` (:func:`row_groups`), in their order. Arrow's allocator keeps
     what a batch freed unless told (``release_unused``, after each batch and when the reader
     stops early): the sample of vectors the automatic choices read from a 1M-node graph had
     left 140 MB more in the process."""
     data = parquet_dataset(path)
+    wanted = [(name, None) for name in data.files] if pieces is None else \
+        [(name, [group]) for name, group in pieces]
     try:
-        for name in data.files:
+        for name, groups in wanted:
             with reading(path):
                 file = pq.ParquetFile(data.filesystem.open_input_file(name), pre_buffer=False,
                                       buffer_size=STREAM_BYTES)
-                batches = file.iter_batches(batch_size=STREAM_ROWS, columns=columns)
+                batches = file.iter_batches(batch_size=STREAM_ROWS, row_groups=groups,
+                                            columns=columns)
             while True:
                 with reading(path):
                     batch = next(batches, None)
@@ -229,6 +235,18 @@ def streamed_batches(path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]
                 pa.default_memory_pool().release_unused()
     finally:
         pa.default_memory_pool().release_unused()
+
+
+def row_groups(path: Path) -> list[tuple[str, int, int]]:
+    """Every row group of :func:`parquet_dataset` ``path``, in file order, as ``(file, row
+    group, rows)``: read from the files' footers, not their rows."""
+    data = parquet_dataset(path)
+    out = []
+    for name in data.files:
+        with reading(path):
+            meta = pq.ParquetFile(data.filesystem.open_input_file(name)).metadata
+        out += [(name, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+    return out
 
 
 def edge_columns(present: list[str], path: Path, names: dict[str, str]) -> dict[str, str]:
