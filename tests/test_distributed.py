@@ -17,7 +17,7 @@ import torch
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import RESTART_HEADROOM, placement
 from tfgm_dist.distributed.actors import whole_graph
-from tfgm_dist.distributed.halo import halo_plans, with_edges
+from tfgm_dist.distributed.halo import halo_plans
 from tfgm_dist.embed import graph_operator, role_partial, row_block
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
@@ -103,8 +103,7 @@ def test_each_part_builds_its_rows_and_receives_exactly_its_halo_rows(parts, sel
     op = graph_operator(edges, n, operator, self_loops=self_loops, edge_weight=weight)
     x = torch.randn(n, 5, generator=gen)
     parting = partition(edges, n, parts, seed=0)
-    plan = [with_edges(gp, edges.numpy(), weight.numpy(), parting.part)
-            for gp in halo_plans(edges, n, parting, operator, self_loops, weight)]
+    plan = halo_plans(edges, n, parting, operator, self_loops, weight)
     sent = 0
     for p, gp in enumerate(plan):
         built, cut = gp.block(), row_block(op, torch.from_numpy(parting.nodes(p)))
@@ -149,8 +148,7 @@ def test_the_parts_rows_with_relation_roles_add_up_to_the_whole_operators(parts,
     h = torch.randn(n + num_roles, 6, dtype=torch.float64, generator=gen)
     expected = cut.adj.to(torch.float64) @ h
     parting = partition(edges, n, parts, seed=0)
-    plan = [with_edges(gp, edges.numpy(), weight.numpy(), parting.part)
-            for gp in halo_plans(edges, n, parting, operator, self_loops, weight, roles)]
+    plan = halo_plans(edges, n, parting, operator, self_loops, weight, roles)
     partials = []
     for p, gp in enumerate(plan):
         rows, share = gp.role_blocks()
@@ -323,7 +321,10 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     assert len(list((tmp_path / f"p{p}" / "matches").iterdir())) == p
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
     assert roles[:4] == ["load source", "load target", "partition source", "partition target"]
-    assert roles[4:4 + p] == [f"part {q}" for q in range(p)] and "refine+assign" in roles
+    assert roles[4:4 + 2 * p] == [f"partition {g} part {q}" for g in ("source", "target")
+                                  for q in range(p)]  # each part cut out of the blocks
+    assert roles[4 + 2 * p:4 + 3 * p] == [f"part {q}" for q in range(p)]
+    assert "refine+assign" in roles
     assert all(proc["peak_rss_bytes"] > 0 for proc in metrics["ray"]["processes"])
     # its own memory, without the object store's pages: below the peak of all it touched
     assert all(0 < proc["private_bytes"] < proc["peak_rss_bytes"]
@@ -359,12 +360,13 @@ ON_PARTS = {  # the refinement and decoding that run on the part actors; bootstr
     "auction, no seeds": ("false", False, "auto", 0),
     "refined": ("true", True, "auto", 0),
     "refined, hints of a seeded round": ("true", True, "auto", 1),
-    "refined, no seeds, streamed parts": ("true", False, "streaming", 0),
+    # METIS or RCM read the whole graph in the partition task, where streaming reads blocks
+    "refined, no seeds, whole-graph parts": ("true", False, "metis" if pymetis else "rcm", 0),
 }
 
 
 SLOW_ON_PARTS = {"refined, hints of a seeded round",  # the longest
-                 "auction, no seeds"}  # its parts' inputs as the streamed case's, its auction
+                 "auction, no seeds"}  # its parts' inputs as the whole-graph case's, its auction
 
 
 @pytest.mark.parametrize("case", [
@@ -418,7 +420,8 @@ def test_a_synthetic_pair_decoded_on_the_part_actors_equals_one_process(cluster,
         assert metrics["auto"]["bootstrap"]["rounds"] == 1
         assert metrics["auto"]["bootstrap"]["hints"] > 0
     assert metrics["mrr"] == pytest.approx(single["mrr"], abs=1e-12)
-    assert (metrics["ray"]["partitioner"] == "streaming") == (partitioner == "streaming")
+    assert metrics["ray"]["partitioner"] == ("streaming" if partitioner == "auto"
+                                             else partitioner)
     # the held-out passes of a seeded run held the whole pair in a task of their own, not
     # in the driver, and the seeded channels were made in one too
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
@@ -695,12 +698,14 @@ def test_an_actor_killed_is_restarted_and_the_output_is_identical(cluster, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["read_share", "number_share", "join_block"])
-def test_a_worker_killed_while_it_loads_a_graph_is_replaced_and_the_output_is_identical(
+@pytest.mark.parametrize("task", ["read_share", "number_share", "join_block", "parted",
+                                  "part_of_graph"])
+def test_a_worker_killed_while_it_loads_or_partitions_a_graph_is_replaced_and_the_output_is_identical(
         cluster, tmp_path, task):
     """A task that loads a graph (reading a share of its row groups, numbering it, joining
-    a block) runs again in a new worker when its own is killed (SIGKILL, as the kernel's OOM
-    killer would), and the run writes the same rows."""
+    a block) or partitions it (streaming over the blocks, cutting a part out of them) runs
+    again in a new worker when its own is killed (SIGKILL, as the kernel's OOM killer
+    would), and the run writes the same rows."""
     psutil = pytest.importorskip("psutil")
     data = write_pair(tmp_path / "data", 3000, seed=5)
     base = from_toml("[bootstrap]\nrounds = 0")

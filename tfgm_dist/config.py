@@ -235,7 +235,8 @@ class RayConfig:
     # embed, for align-supervised 1/P of the collection's labelled nodes; 0: see cli / jobs.align
     partitions: Count = 0
     address: Str = ""  # "": RAY_ADDRESS (set by ray job submit), else an in-process cluster
-    # how the graphs are split (tfgm_dist.partition); auto: METIS when pymetis is installed
+    # how the graphs are split (tfgm_dist.partition); auto: streaming over the edges' blocks,
+    # no process holding a whole graph (metis cuts fewer edges but holds them all)
     partitioner: Partitioner = "auto"
 
 

@@ -259,7 +259,13 @@ def _give_back_freed() -> None:
 
 def degrees(graph: Graph) -> torch.Tensor:
     """Undirected degree of every node (duplicate and reversed edges counted once)."""
-    n, (u, v) = graph.num_nodes, graph.edge_index
+    return undirected_degrees(graph.edge_index, graph.num_nodes)
+
+
+def undirected_degrees(edge_index: torch.Tensor, n: int) -> torch.Tensor:
+    """:func:`degrees` over ``edge_index``: right for every node whose edges it holds all of
+    (a part's nodes, given the edges that touch them)."""
+    u, v = edge_index
     keep = u != v
     u, v = u[keep], v[keep]
     ends = torch.unique(torch.minimum(u, v) * n + torch.maximum(u, v))

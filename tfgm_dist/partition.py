@@ -1,11 +1,12 @@
 """Split a graph's nodes into P parts for the distributed embed stage.
 
 A part's actor needs the previous layer's rows of its 1-hop halo, so a partition that cuts
-few edges moves little data. METIS (through ``pymetis``, when installed) minimises the cut;
-without it, the reverse Cuthill-McKee order of scipy cut into P equal contiguous runs keeps
-neighbours together. Both hold every edge in one process; :func:`streamed` (``streaming``)
-reads the edges as a stream of blocks, holding only ``O(|V| P)`` counts. The choice does
-not change any result, only the traffic; it is recorded in the run's metrics.
+few edges moves little data. :func:`streamed` (``streaming``, the default) reads the edges
+as a stream of blocks, holding only ``O(|V| P)`` counts, so that no process holds a whole
+graph. METIS (through ``pymetis``, when installed) cuts fewer edges, and the reverse
+Cuthill-McKee order of scipy cut into P equal contiguous runs keeps neighbours together;
+both hold every edge in one process. The choice does not change any result, only the
+traffic; it is recorded in the run's metrics.
 """
 from __future__ import annotations
 
@@ -51,22 +52,26 @@ class Partition:
         return int((self.part[edge_index[0].numpy()] != self.part[edge_index[1].numpy()]).sum())
 
 
-def partition(edge_index: torch.Tensor, num_nodes: int, parts: int, *, seed: int = 0,
-              method: str = "auto") -> Partition:
+def partition(edge_index: torch.Tensor | None, num_nodes: int, parts: int, *, seed: int = 0,
+              method: str = "auto",
+              blocks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]] | None = None
+              ) -> Partition:
     """Partition ``num_nodes`` nodes into ``parts`` non-empty parts.
 
     ``method``: ``metis``, ``rcm``, ``streaming`` (:func:`streamed`, over blocks of
-    ``STREAM_BLOCK`` edges) or ``auto`` (METIS when ``pymetis`` is installed). ``auto`` does
-    not stream: on the 1M-node pair of ``tfgm-dist synth`` at P = 2 streaming cut 31.5 % of
-    the edges against METIS's 25.9 %, for 3 s less and a driver 0.19 GiB lower over this
-    stage, not over the run (its peak comes later).
+    ``STREAM_BLOCK`` edges, or ``blocks()`` where ``edge_index`` is ``None``: a graph
+    never held whole) or ``auto``, which streams: on the 1M-node pair of ``tfgm-dist
+    synth`` at P = 2 streaming cut 31.5 % of the edges against METIS's 25.9 %, but METIS
+    needs every edge in one process.
     """
     if parts < 1:
         raise InputError(f"partitions = {parts} is out of range (must be >= 1)")
     if parts > num_nodes:
         raise InputError(f"partitions = {parts} exceeds the graph's {num_nodes} nodes")
     if method == "auto":
-        method = "metis" if pymetis is not None else "rcm"
+        method = "streaming"
+    if edge_index is None and parts > 1 and method != "streaming":
+        raise ValueError(f"partition method {method!r} needs the edges in one process")
     if parts == 1:
         part, method = np.zeros(num_nodes, dtype=np.int64), "single"
     elif method == "metis":
@@ -79,10 +84,11 @@ def partition(edge_index: torch.Tensor, num_nodes: int, parts: int, *, seed: int
         part = np.empty(num_nodes, dtype=np.int64)
         part[order] = np.arange(num_nodes) * parts // num_nodes
     elif method == "streaming":
-        src, dst = edge_index.numpy()
-        part = streamed(lambda: ((src[i:i + STREAM_BLOCK], dst[i:i + STREAM_BLOCK])
-                                 for i in range(0, src.size, STREAM_BLOCK)),
-                        num_nodes, parts, seed=seed)
+        if edge_index is not None:
+            src, dst = edge_index.numpy()
+            blocks = lambda: ((src[i:i + STREAM_BLOCK], dst[i:i + STREAM_BLOCK])  # noqa: E731
+                              for i in range(0, src.size, STREAM_BLOCK))
+        part = streamed(blocks, num_nodes, parts, seed=seed)
     else:
         raise ValueError(f"unknown partition method {method!r}; choose metis, rcm, streaming "
                          "or auto")

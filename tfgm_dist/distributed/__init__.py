@@ -11,9 +11,13 @@ grows with the graphs' edges runs in Ray workers:
   references (:class:`~tfgm_dist.graph.Held`). A pair given in memory is put there first
   (:func:`held_pair`). Every task that needs a whole graph reads them back
   (:func:`~.actors.whole_graph`).
-- **partition**: a task per graph partitions it where its edges are read and plans its
-  parts' halo (:func:`~.actors.parted`); the driver receives the partition (two integers
-  a node) and who sends to whom.
+- **partition**: a task per graph partitions it, streaming over its blocks by default
+  (:func:`~.actors.parted`); a task per part of each graph reads the blocks in turn and
+  keeps the edges that touch the part (:func:`~.actors.part_of_graph`), and the driver
+  plans the parts' halo from what they found (:func:`~.halo.exchange`). It receives the
+  partition (two integers a node), each part's halo, who sends to whom, and for the gcn
+  operator every node's degree; no process holds a whole graph's edges unless METIS or
+  RCM is asked for (``ray.partitioner``).
 
 - **prepare**: the automatic choices' passes (with seeds the held-out folds, without them a
   bootstrapping pass) run in one task on the largest node (:func:`prepare`), which holds
@@ -30,8 +34,8 @@ grows with the graphs' edges runs in Ray workers:
   (:meth:`~.halo.GraphPart.block`) and, layer by layer, computes its rows
   of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
   other part the slice of that part's rows in its halo, which that part returns as a separate
-  object (:func:`~.halo.halo_plans` plans who sends which rows to whom; a task cuts
-  each part's edges out, :func:`~.halo.with_edges`). A knowledge graph's relation roles
+  object (:func:`~.halo.exchange` plans who sends which rows to whom). A knowledge
+  graph's relation roles
   are rows of every layer too, each a sum over all parts: each part sends its share of
   them, and one task adds them up (:func:`~.actors.role_rows`) for the next layer.
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
@@ -92,10 +96,10 @@ from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      anchored_inputs, bare, finish, gathered_embedding, join_block, load_held,
-                     number_share, parted, part_counts, part_of_graph, prepare_whole,
-                     read_share, role_rows, usage_of, write_part)
+                     number_share, parted, part_counts, part_of_graph, planned_part,
+                     prepare_whole, read_share, role_rows, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
-from .halo import halo_plans
+from .halo import exchange, halo_plans
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
            "held_pair", "loaded", "one_to_one", "placement", "prepare"]
@@ -372,6 +376,44 @@ class Run:
         width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
         return int(rows * 4 * (inputs + 2 * width)) + (256 << 20)
 
+    def _parted(self, pair: Pair, cfg: Config, P: int) -> list[list[ray.ObjectRef]]:
+        """Both graphs partitioned at once, a task each reading its blocks
+        (:func:`~.actors.parted`); then each part of each graph cut out of the blocks by a
+        task of its own (:func:`~.actors.part_of_graph`), and the parts' halo and degrees
+        planned here from what they found (:func:`~.halo.exchange`: ``O(|V|)`` numbers, no
+        edge). Returns each graph's parts (:class:`~.halo.GraphPart`), kept for the run: a
+        restarted actor is rebuilt from these objects. Each part builds its rows of the
+        operator from the edges that touch it: no process builds a whole graph's operator
+        on the parts' path (0.43 GiB at 1M nodes)."""
+        graphs, names = (pair.source, pair.target), ("source", "target")
+        # the parts' own rows of the degree encoding need every node's degree
+        distinct = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
+        out = _got([parted.remote(g, P, cfg, f"partition {name}")
+                    for g, name in zip(graphs, names)])
+        self.parting = [parting for parting, _ in out]
+        self.usage += [used for _, used in out]
+        cut = [[part_of_graph.remote(p, ray.put(parting), g, cfg, distinct,
+                                     f"partition {name} part {p}") for p in range(P)]
+               for g, name, parting in zip(graphs, names, self.parting)]
+        self.exchange, self.has_roles, self.cut, self.degrees, refs = [], [], [], [], []
+        for g, parting, parts in zip(graphs, self.parting, cut):
+            facts, used = zip(*_got([c[0] for c in parts]))
+            self.usage += used
+            num_roles = g.num_roles if cfg.embed.relations else 0
+            fields = exchange(list(facts), parting, g.num_nodes, num_roles,
+                              cfg.embed.self_loops)
+            self.exchange.append([(f["needs"], f["consumers"]) for f in fields])
+            self.has_roles.append(num_roles > 0)
+            self.cut.append(sum(f.cut for f in facts))
+            degrees = None
+            if distinct:
+                degrees = torch.zeros(g.num_nodes)
+                for p, f in enumerate(facts):
+                    degrees[torch.from_numpy(parting.nodes(p))] = f.distinct
+            self.degrees.append(degrees)
+            refs.append([planned_part.remote(c[1], f) for c, f in zip(parts, fields)])
+        return refs
+
     def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
                         ) -> tuple[dict, list[dict]]:
         """Every stage after load; returns the metrics and the dataset's file entries.
@@ -383,23 +425,7 @@ class Run:
             self.dense = dense_assignment(cfg.assign, self.plan.rows.size,
                                           self.plan.targets.size)
             self.on_parts = self._on_parts(self.plan)
-            # both graphs at once, each where its edges are read; the parts' own rows of
-            # the degree encoding need every node's degree
-            degrees = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
-            graphs = (pair.source, pair.target)
-            out = [parted.options(num_returns=1 + P).remote(g, P, cfg, degrees,
-                                                            f"partition {name}")
-                   for g, name in zip(graphs, ("source", "target"))]
-            (self.parting, self.exchange, self.has_roles, self.cut, self.degrees,
-             used) = (list(x) for x in zip(*_got([o[0] for o in out])))
-            self.usage += used
-            # Held for the run: a restarted actor is rebuilt from these objects. Each part
-            # builds its rows of the operator from the edges that touch it: no process
-            # builds a whole graph's operator on the parts' path (0.43 GiB at 1M nodes).
-            self.part_refs = [[part_of_graph.remote(gp, g.held.edges, g.held.weights, part)
-                               for gp in o[1:]]
-                              for g, o, part in zip(graphs, out,
-                                                    (ray.put(pt.part) for pt in self.parting))]
+            self.part_refs = self._parted(pair, cfg, P)
         with self.watch.stage("features"):
             self.chans, self.inputs = self._inputs()
         specs = [c.embed for c in self.chans]

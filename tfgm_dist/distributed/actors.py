@@ -8,7 +8,7 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterator
 
 import faiss
 import numpy as np
@@ -17,7 +17,7 @@ import ray
 import torch
 import torch.nn.functional as F
 
-from .. import checkpoint, features, write
+from .. import checkpoint, write
 from ..assign import (Bidders, Sellers, argmax, auctioned, best_of, is_best_source, listed_score,
                       listing_best, score_span)
 from ..auto import Prepared, prepared_by_passes
@@ -41,7 +41,7 @@ from ..search import (IVF_KINDS, Candidates, both_ways, build_index, exact_best,
 from ..stopwatch import Stopwatch, peak_rss_bytes, private_rss_bytes
 from .cluster import RESTART_HEADROOM, resources
 from .consensus import Consensus, merged, transposed_entries
-from .halo import GraphPart, halo_plans, with_edges
+from .halo import GraphPart, part_facts, touching, unplanned
 
 log = logging.getLogger("tfgm_dist")
 
@@ -770,38 +770,55 @@ def join_block(num_nodes: int, role: str, *pieces: shares.Piece) -> tuple:
 
 
 @ray.remote(max_retries=RESTARTS)
-def parted(graph: Graph, parts: int, cfg: Config, degrees: bool, role: str) -> tuple:
-    """A held graph (:func:`bare`) partitioned into ``parts`` here, where its edges are read,
-    and each part's halo planned (:func:`~.halo.halo_plans`): first the
-    :class:`Partition`, each part's ``(needs, consumers)``, whether its plans carry relation
-    roles, how many edges the partition cuts, where ``degrees`` every node's degree
-    (:func:`~tfgm_dist.features.degrees`), and this process's usage (as ``role``); then
-    each part's plan, an object each. Called with ``num_returns=1 + parts``."""
+def parted(graph: Graph, parts: int, cfg: Config, role: str) -> tuple:
+    """A held graph (:func:`bare`) partitioned into ``parts`` here
+    (:func:`~tfgm_dist.partition.partition`): streaming, the default, it reads the graph's
+    blocks of edges one at a time (:class:`~tfgm_dist.graph.Held`); METIS and RCM read it
+    whole. Returns the :class:`Partition` and this process's usage (as ``role``)."""
     start, usage = time.perf_counter(), Usage(role)
-    g, ec = whole_graph(graph), cfg.embed
-    parting = partition(g.edge_index, g.num_nodes, parts, seed=cfg.seed,
-                        method=cfg.ray.partitioner)
-    plans = halo_plans(g.edge_index, g.num_nodes, parting, ec.operator, ec.self_loops,
-                       g.edge_weight, g.roles if ec.relations else None)
-    degree = features.degrees(g) if degrees else None
+
+    def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for ref in graph.held.edges:
+            src, dst = ray.get(ref)
+            yield src, dst
+
+    streams = cfg.ray.partitioner in ("auto", "streaming")
+    edges = None if streams else whole_graph(graph).edge_index
+    parting = partition(edges, graph.num_nodes, parts, seed=cfg.seed,
+                        method=cfg.ray.partitioner, blocks=blocks)
     usage.add("partition", start)
-    about = (parting, [(gp.needs, gp.consumers) for gp in plans], plans[0].num_roles > 0,
-             parting.cut_edges(g.edge_index), degree, usage.report())
-    return (about, *plans)
+    return parting, usage.report()
+
+
+@ray.remote(max_retries=RESTARTS, num_returns=2)
+def part_of_graph(p: int, parting: Partition, graph: Graph, cfg: Config, distinct: bool,
+                  role: str) -> tuple:
+    """Part ``p`` of a held graph cut out here, not in the driver, from each of its blocks in
+    turn (:func:`~.halo.touching`): this process holds one block beyond the part's edges
+    and its nodes' roles. Returns what it finds in them (:func:`~.halo.part_facts`, the
+    degree encoding's degrees if ``distinct``) and this process's usage, then the part's
+    :class:`~.halo.GraphPart` without its halo (:func:`~.halo.unplanned`), an object of its
+    own for :func:`~.halo.exchange`'s fields (:func:`planned_part`)."""
+    start, usage, ec, h = time.perf_counter(), Usage(role), cfg.embed, graph.held
+    cut = [touching(p, *ray.get([e, w]), parting.part) for e, w in zip(h.edges, h.weights)]
+    edges = torch.from_numpy(np.concatenate([e for e, _ in cut], axis=1))
+    weights = None if cut[0][1] is None else torch.from_numpy(np.concatenate([w for _, w in cut]))
+    roles, num_roles = None, graph.num_roles if ec.relations else 0
+    if num_roles:
+        mine = [r[:, parting.part[r[0]] == p] for r in (ray.get(ref) for ref in h.roles)]
+        roles = torch.from_numpy(np.concatenate(mine, axis=1))
+    gp = unplanned(p, parting, graph.num_nodes, ec.operator, ec.self_loops, edges, weights,
+                   roles, num_roles)
+    facts = part_facts(gp, parting.part, distinct)
+    usage.add("partition", start)
+    return (facts, usage.report()), gp
 
 
 @ray.remote(max_retries=RESTARTS)
-def part_of_graph(plan: GraphPart, edges: list[ray.ObjectRef], weights: list[ray.ObjectRef],
-                  part: np.ndarray) -> GraphPart:
-    """:func:`~.halo.with_edges`: part ``plan``'s edges cut out here, not in the driver, from
-    each block of the graph's (:class:`~tfgm_dist.graph.Held`) in turn: this process holds
-    one block beyond its part's edges."""
-    cut = [with_edges(plan, *ray.get([e, w]), part) for e, w in zip(edges, weights)]
-    if len(cut) == 1:
-        return cut[0]
-    return replace(plan, edges=torch.cat([c.edges for c in cut], dim=1),
-                   weights=None if cut[0].weights is None else
-                   torch.cat([c.weights for c in cut]))
+def planned_part(part: GraphPart, fields: dict[str, Any]) -> GraphPart:
+    """A part's :class:`~.halo.GraphPart` with its halo and degrees
+    (:func:`~.halo.exchange`): what its actor is built from."""
+    return replace(part, **fields)
 
 
 @ray.remote(max_retries=RESTARTS)

@@ -9,6 +9,7 @@ import torch
 
 from ..embed import (RoleShare, RowBlock, graph_operator, role_share, row_block,
                      sparse_on_purpose, weighted_degrees, with_roles)
+from ..features import undirected_degrees
 from ..partition import Partition
 
 
@@ -105,32 +106,80 @@ class GraphPart:
                                                 n + torch.arange(num_roles)]), renumbered)
 
 
-def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
-               self_loops: bool, edge_weight: torch.Tensor | None = None,
-               roles: torch.Tensor | None = None) -> list[GraphPart]:
-    """Each part's :class:`GraphPart` of one graph without its edges (``edges`` empty): the
-    halo rows it exchanges with the other parts, ``O(|V|)`` numbers in all. The halo of a
-    part is every node an edge joins to one of its nodes (the operator is undirected), and
-    its own nodes where ``self_loops`` adds them: the columns of its rows of the operator.
-    A Ray run plans in the task that partitions the graph and cuts each part's edges out in
-    a task of its own (:func:`with_edges`): a graph's edges are in the object store once,
-    not each part's share of them too (at 1M nodes and P = 2, 1.3 times the edges). ``roles``, a
-    knowledge graph's relation roles where they join the embedding, go to the parts of
-    their nodes (:meth:`GraphPart.role_blocks`)."""
-    P, u, v = parting.num_parts, edge_index[0], edge_index[1]
-    part = torch.from_numpy(parting.part)
-    on_u, on_v = part[u], part[v]
-    # gcn's D^-1/2 of the neighbours too: the whole graph's (mean's rows need their own only)
-    degrees = (_degrees(edge_index, edge_weight, num_nodes, operator, self_loops)
-               if operator == "gcn" else None)
+@dataclass(frozen=True)
+class PartFacts:
+    """What one part learns from the edges that touch its nodes (:func:`part_facts`), all
+    that the plans of every part (:func:`exchange`) need of the graph: the part's halo, its
+    nodes' degrees, its nodes' share of the relation roles' degrees, and how many edges
+    leave it."""
+
+    halo: np.ndarray  # node numbers, ascending
+    degrees: torch.Tensor | None  # gcn: its nodes' degree over the whole graph
+    role_degrees: torch.Tensor | None  # with roles, mean / gcn: its nodes' then the roles'
+    distinct: torch.Tensor | None  # if asked, its nodes' undirected degree
+    cut: int  # edges from one of its nodes to another part's
+
+
+def touching(p: int, edge_index: np.ndarray, edge_weight: np.ndarray | None,
+             part: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The edges of ``edge_index`` (``[2, E]``, numpy) with an end in part ``p`` (``part``:
+    every node's part), and their weights."""
+    u, v = edge_index
+    mask = (part[u] == p) | (part[v] == p)
+    return edge_index[:, mask], None if edge_weight is None else edge_weight[mask]
+
+
+def part_facts(plan: GraphPart, part: np.ndarray, distinct: bool = False) -> PartFacts:
+    """The :class:`PartFacts` of ``plan``, which holds the edges touching its nodes and their
+    roles (:func:`touching`; the degrees of its nodes are right over these edges alone,
+    other nodes' would not be); ``distinct``: also the degrees of the degree encoding
+    (:func:`~tfgm_dist.features.undirected_degrees`)."""
+    nodes, n = torch.from_numpy(plan.nodes), plan.num_nodes
+    u, v = plan.edges
+    part = torch.from_numpy(part)
+    p = int(part[nodes[0]]) if nodes.numel() else -1
+    on_u, on_v = part[u] == p, part[v] == p
+    halo = np.unique(torch.cat([u[on_v], v[on_u]]).numpy())
+    if plan.self_loops:
+        halo = np.union1d(halo, plan.nodes)
+    degrees = None if plan.operator != "gcn" else _degrees(
+        plan.edges, plan.weights, n, plan.operator, plan.self_loops)[nodes]
+    role_degrees = None
+    if plan.num_roles and plan.operator != "sum":
+        both = _degrees(*with_roles(plan.edges, plan.weights, n, plan.roles),
+                        n + plan.num_roles, plan.operator, plan.self_loops)
+        # each role's self-loop once, not once a part (:func:`exchange` adds it back)
+        role_degrees = torch.cat([both[nodes], both[n:] - int(plan.self_loops)])
+    return PartFacts(halo, degrees, role_degrees,
+                     undirected_degrees(plan.edges, n)[nodes] if distinct else None,
+                     int((on_u & (part[v] != p)).sum()))  # a cut edge counted at its source
+
+
+def exchange(facts: list[PartFacts], parting: Partition, num_nodes: int, num_roles: int,
+             self_loops: bool) -> list[dict]:
+    """Each part's fields of its :class:`GraphPart` from what every part found in the edges
+    touching it (:func:`part_facts`): the halo rows it exchanges with the other parts, and
+    the degrees over the whole graph that its rows of the operator read. ``O(|V|)`` numbers
+    in all, no edge."""
+    P = parting.num_parts
     nodes = [parting.nodes(p) for p in range(P)]
-    halos = [np.unique(torch.cat([u[on_v == p], v[on_u == p]]).numpy()) for p in range(P)]
-    if self_loops:
-        halos = [np.union1d(h, n) for h, n in zip(halos, nodes)]
+    halos = [f.halo for f in facts]
+    degrees = None
+    if facts[0].degrees is not None:
+        degrees = torch.zeros(num_nodes, dtype=facts[0].degrees.dtype)
+        for at, f in zip(nodes, facts):
+            degrees[torch.from_numpy(at)] = f.degrees
+    role_degrees = None
+    if facts[0].role_degrees is not None:
+        role_degrees = torch.zeros(num_nodes + num_roles, dtype=facts[0].role_degrees.dtype)
+        role_degrees[num_nodes:] = int(self_loops)
+        for at, f in zip(nodes, facts):
+            role_degrees[torch.from_numpy(at)] = f.role_degrees[:at.size]
+            role_degrees[num_nodes:] += f.role_degrees[at.size:]
     owner = [parting.part[h] for h in halos]
     needs = [sorted(set(owner[p].tolist()) - {p}) for p in range(P)]
     consumers = [[p for p in range(P) if q in needs[p]] for q in range(P)]
-    plans = []
+    out = []
     for p in range(P):
         gather = np.empty(halos[p].size, dtype=np.int64)
         own = owner[p] == p
@@ -141,20 +190,47 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
             gather[mine] = offset + np.arange(int(mine.sum()))
             offset += int(mine.sum())
         sends = [parting.position[halos[c][owner[c] == p]] for c in consumers[p]]
-        no_edges = torch.empty(2, 0, dtype=torch.long)  # not a view: it pickles its storage
-        plans.append(GraphPart(nodes[p], no_edges, None, num_nodes, operator, self_loops,
-                               degrees, halos[p], needs[p], gather, consumers[p], sends))
-    if roles is None or not roles.numel():
-        return plans
-    num_roles = int(roles[1].max()) + 1
-    # a role's row sums over every part: its degree is the whole graph's, over the edges and
-    # the roles as pipeline.operators joins them
-    role_degrees = (None if operator == "sum" else
-                    _degrees(*with_roles(edge_index, edge_weight, num_nodes, roles),
-                             num_nodes + num_roles, operator, self_loops))
-    on = part[roles[0]]
-    return [replace(gp, roles=roles[:, on == p].clone(), num_roles=num_roles,
-                    role_degrees=role_degrees) for p, gp in enumerate(plans)]
+        out.append(dict(degrees=degrees, halo=halos[p], needs=needs[p], gather=gather,
+                        consumers=consumers[p], sends=sends, role_degrees=role_degrees))
+    return out
+
+
+def unplanned(p: int, parting: Partition, num_nodes: int, operator: str, self_loops: bool,
+              edges: torch.Tensor, weights: torch.Tensor | None, roles: torch.Tensor | None,
+              num_roles: int) -> GraphPart:
+    """Part ``p``'s :class:`GraphPart` before :func:`exchange`: its nodes, the edges
+    touching them (:func:`touching`), its nodes' relation roles (of ``roles``, some or all
+    of the graph's), no halo yet."""
+    empty = np.empty(0, dtype=np.int64)
+    mine = None if not num_roles else \
+        roles[:, torch.from_numpy(parting.part)[roles[0]] == p].clone()
+    return GraphPart(parting.nodes(p), edges, weights, num_nodes, operator, self_loops, None,
+                     empty, [], empty, [], [], mine, num_roles)
+
+
+def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
+               self_loops: bool, edge_weight: torch.Tensor | None = None,
+               roles: torch.Tensor | None = None) -> list[GraphPart]:
+    """Each part's :class:`GraphPart` of a whole graph (:func:`unplanned` with the edges
+    touching it, :func:`part_facts`, :func:`exchange`), as the tasks of a Ray run make them
+    from a graph's blocks, never holding it whole
+    (:func:`~tfgm_dist.distributed.actors.part_of_graph`). The halo of a part is every
+    node an edge joins to one of its nodes (the operator is undirected), and its own nodes
+    where ``self_loops`` adds them: the columns of its rows of the operator. ``roles``, a
+    knowledge graph's relation roles where they join the embedding, go to the parts of
+    their nodes (:meth:`GraphPart.role_blocks`)."""
+    num_roles = 0 if roles is None or not roles.numel() else int(roles[1].max()) + 1
+    plans = []
+    for p in range(parting.num_parts):
+        plan = unplanned(p, parting, num_nodes, operator, self_loops,
+                         torch.empty(2, 0, dtype=torch.long), None, roles, num_roles)
+        edges, weights = touching(p, edge_index.numpy(), None if edge_weight is None
+                                  else edge_weight.numpy(), parting.part)
+        plans.append(replace(plan, edges=torch.from_numpy(edges),
+                             weights=None if weights is None else torch.from_numpy(weights)))
+    fields = exchange([part_facts(gp, parting.part) for gp in plans], parting, num_nodes,
+                      num_roles, self_loops)
+    return [replace(gp, **f) for gp, f in zip(plans, fields)]
 
 
 def _degrees(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int,
@@ -166,17 +242,3 @@ def _degrees(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nod
     dst = summed.edge_index[1]
     return (torch.bincount(dst, minlength=num_nodes) if operator == "mean"
             else weighted_degrees(dst, summed.edge_weight, num_nodes))
-
-
-def with_edges(plan: GraphPart, edge_index: np.ndarray, edge_weight: np.ndarray | None,
-               part: np.ndarray) -> GraphPart:
-    """``plan`` (of part ``p``, :func:`halo_plans`) with the edges of ``edge_index``
-    (``[2, E]``) that have an end in its part (``part``: every node's part), and their
-    weights. The arrays are numpy, as a task reads them from the object store (read-only,
-    not copied); the cut-out edges are new tensors."""
-    p = int(part[plan.nodes[0]]) if plan.nodes.size else -1
-    u, v = edge_index
-    touching = (part[u] == p) | (part[v] == p)
-    return replace(plan, edges=torch.from_numpy(edge_index[:, touching]),
-                   weights=None if edge_weight is None else
-                   torch.from_numpy(edge_weight[touching]))
