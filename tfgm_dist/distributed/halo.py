@@ -135,11 +135,10 @@ def part_facts(plan: GraphPart, part: np.ndarray, distinct: bool = False) -> Par
     other nodes' would not be); ``distinct``: also the degrees of the degree encoding
     (:func:`~tfgm_dist.features.undirected_degrees`)."""
     nodes, n = torch.from_numpy(plan.nodes), plan.num_nodes
-    u, v = plan.edges
-    part = torch.from_numpy(part)
-    p = int(part[nodes[0]]) if nodes.numel() else -1
+    u, v = plan.edges.numpy()
+    p = int(part[plan.nodes[0]]) if plan.nodes.size else -1
     on_u, on_v = part[u] == p, part[v] == p
-    halo = np.unique(torch.cat([u[on_v], v[on_u]]).numpy())
+    halo = np.unique(np.concatenate([u[on_v], v[on_u]]))
     if plan.self_loops:
         halo = np.union1d(halo, plan.nodes)
     degrees = None if plan.operator != "gcn" else _degrees(
@@ -152,7 +151,7 @@ def part_facts(plan: GraphPart, part: np.ndarray, distinct: bool = False) -> Par
         role_degrees = torch.cat([both[nodes], both[n:] - int(plan.self_loops)])
     return PartFacts(halo, degrees, role_degrees,
                      undirected_degrees(plan.edges, n)[nodes] if distinct else None,
-                     int((on_u & (part[v] != p)).sum()))  # a cut edge counted at its source
+                     int((on_u & ~on_v).sum()))  # a cut edge counted at its source
 
 
 def exchange(facts: list[PartFacts], parting: Partition, num_nodes: int, num_roles: int,
@@ -203,7 +202,7 @@ def unplanned(p: int, parting: Partition, num_nodes: int, operator: str, self_lo
     of the graph's), no halo yet."""
     empty = np.empty(0, dtype=np.int64)
     mine = None if not num_roles else \
-        roles[:, torch.from_numpy(parting.part)[roles[0]] == p].clone()
+        roles[:, torch.from_numpy(parting.part[roles[0].numpy()] == p)].clone()
     return GraphPart(parting.nodes(p), edges, weights, num_nodes, operator, self_loops, None,
                      empty, [], empty, [], [], mine, num_roles)
 
