@@ -513,10 +513,15 @@ class Run:
         try:
             ray.get([w.ready.remote() for w in self.workers])
             with self.watch.stage("embed"):
-                blocks: list[ray.ObjectRef] = []
-                emb = [self._embed(g, blocks) for g in (0, 1)]
-                _completed(blocks + emb[0] + emb[1], "embed", "blocks")
-                del blocks  # the layers, concatenated: the store may free them
+                emb = []
+                # graph by graph, each one's layers let go once concatenated, before the
+                # next one's are made: both graphs' layers of the 1M pair at P = 2 held in
+                # the store at once had Ray spill 4 GiB to disk (search 244-295 s, not 190)
+                for g in (0, 1):
+                    blocks: list[ray.ObjectRef] = []
+                    emb.append(self._embed(g, blocks))
+                    _completed(blocks + emb[g], "embed", "blocks")
+                    del blocks
             pl = self.plan
             with self.watch.stage("search"):
                 forward = self._search("forward", emb[0], pl.searched, 1, emb[1], pl.targets)
