@@ -170,7 +170,10 @@ def _edge_set(edges: torch.Tensor, weights: torch.Tensor | None) -> list[tuple]:
     return sorted(map(tuple, rows))
 
 
-@pytest.mark.parametrize("layout", ["parquet", "part files", "no nodes", "triples"])
+@pytest.mark.parametrize("layout", [
+    "parquet", "part files",  # the numbering by nodes.parquet's ids, and by the ids met:
+    pytest.param("no nodes", marks=pytest.mark.slow),  # the driver's step the others take
+    pytest.param("triples", marks=pytest.mark.slow)])  # one task, as yeast on Ray below
 def test_a_ray_run_s_graphs_are_loaded_by_workers_and_read_back_as_one_process_s(
         cluster, tmp_path, layout):
     """The driver of a Ray run holds no edges: a Parquet layout is read by a worker per share

@@ -96,8 +96,8 @@ from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      anchored_inputs, bare, finish, gathered_embedding, join_block, load_held,
-                     number_share, parted, part_counts, part_of_graph, planned_part,
-                     prepare_whole, read_share, role_rows, usage_of, write_part)
+                     number_share, parted, part_counts, part_of_graph, prepare_whole,
+                     read_share, role_rows, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import exchange, halo_plans
 
@@ -376,13 +376,15 @@ class Run:
         width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
         return int(rows * 4 * (inputs + 2 * width)) + (256 << 20)
 
-    def _parted(self, pair: Pair, cfg: Config, P: int) -> list[list[ray.ObjectRef]]:
+    def _parted(self, pair: Pair, cfg: Config, P: int
+                ) -> list[list[tuple[ray.ObjectRef, dict[str, Any]]]]:
         """Both graphs partitioned at once, a task each reading its blocks
         (:func:`~.actors.parted`); then each part of each graph cut out of the blocks by a
         task of its own (:func:`~.actors.part_of_graph`), and the parts' halo and degrees
         planned here from what they found (:func:`~.halo.exchange`: ``O(|V|)`` numbers, no
-        edge). Returns each graph's parts (:class:`~.halo.GraphPart`), kept for the run: a
-        restarted actor is rebuilt from these objects. Each part builds its rows of the
+        edge). Returns each graph's parts, the reference of its :class:`~.halo.GraphPart`
+        without the halo and the fields that complete it, kept for the run: a restarted
+        actor is rebuilt from them. Each part builds its rows of the
         operator from the edges that touch it: no process builds a whole graph's operator
         on the parts' path (0.43 GiB at 1M nodes)."""
         graphs, names = (pair.source, pair.target), ("source", "target")
@@ -392,9 +394,9 @@ class Run:
                     for g, name in zip(graphs, names)])
         self.parting = [parting for parting, _ in out]
         self.usage += [used for _, used in out]
-        cut = [[part_of_graph.remote(p, ray.put(parting), g, cfg, distinct,
-                                     f"partition {name} part {p}") for p in range(P)]
-               for g, name, parting in zip(graphs, names, self.parting)]
+        cut = [[part_of_graph.remote(p, put, g, cfg, distinct, f"partition {name} part {p}")
+                for p in range(P)]
+               for g, name, put in zip(graphs, names, map(ray.put, self.parting))]
         self.exchange, self.has_roles, self.cut, self.degrees, refs = [], [], [], [], []
         for g, parting, parts in zip(graphs, self.parting, cut):
             facts, used = zip(*_got([c[0] for c in parts]))
@@ -411,7 +413,7 @@ class Run:
                 for p, f in enumerate(facts):
                     degrees[torch.from_numpy(parting.nodes(p))] = f.distinct
             self.degrees.append(degrees)
-            refs.append([planned_part.remote(c[1], f) for c, f in zip(parts, fields)])
+            refs.append([(c[1], f) for c, f in zip(parts, fields)])
         return refs
 
     def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
@@ -508,7 +510,8 @@ class Run:
         """embed, search, refine and assign; the metrics and the decided source parts."""
         cfg, P = self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
-            p, self.part_refs[0][p], self.part_refs[1][p], self.inputs[0][p], self.inputs[1][p],
+            p, *self.part_refs[0][p], *self.part_refs[1][p], self.inputs[0][p],
+            self.inputs[1][p],
             specs, params, self.actor_cpus, self.device) for p in range(P)]
         try:
             ray.get([w.ready.remote() for w in self.workers])

@@ -196,12 +196,15 @@ class PartWorker(AuctionSide):
     """Part ``p`` of both graphs: its embedding rows, layer by layer, its FAISS shard, and
     its side of the one-to-one auction."""
 
-    def __init__(self, p: int, part_s: GraphPart, part_t: GraphPart,
-                 inputs_s: list[np.ndarray] | PartRecipe, inputs_t: list[np.ndarray] | PartRecipe,
-                 specs: list[EmbedConfig], params: list[list[LayerParams]], num_cpus: float,
-                 device: str) -> None:
+    def __init__(self, p: int, part_s: GraphPart, plan_s: dict[str, Any], part_t: GraphPart,
+                 plan_t: dict[str, Any], inputs_s: list[np.ndarray] | PartRecipe,
+                 inputs_t: list[np.ndarray] | PartRecipe, specs: list[EmbedConfig],
+                 params: list[list[LayerParams]], num_cpus: float, device: str) -> None:
+        """``part_s``, ``part_t``: the part of each graph (:func:`part_of_graph`), completed
+        by ``plan_s``, ``plan_t``, its halo and degrees (:func:`~.halo.exchange`)."""
         self.threads = _threads(num_cpus)
-        self.p, self.parts, self.specs, self.device = p, (part_s, part_t), specs, device
+        self.p, self.specs, self.device = p, specs, device
+        self.parts = (replace(part_s, **plan_s), replace(part_t, **plan_t))
         # per graph, per channel: the part's rows of X, made here from a recipe (a restarted
         # actor makes them again); a bad value found doing so is told by ready()
         self.inputs, self.failed = ([], []), None
@@ -798,7 +801,7 @@ def part_of_graph(p: int, parting: Partition, graph: Graph, cfg: Config, distinc
     and its nodes' roles. Returns what it finds in them (:func:`~.halo.part_facts`, the
     degree encoding's degrees if ``distinct``) and this process's usage, then the part's
     :class:`~.halo.GraphPart` without its halo (:func:`~.halo.unplanned`), an object of its
-    own for :func:`~.halo.exchange`'s fields (:func:`planned_part`)."""
+    own that its actor completes with :func:`~.halo.exchange`'s fields."""
     start, usage, ec, h = time.perf_counter(), Usage(role), cfg.embed, graph.held
     cut = [touching(p, *ray.get([e, w]), parting.part) for e, w in zip(h.edges, h.weights)]
     edges = torch.from_numpy(np.concatenate([e for e, _ in cut], axis=1))
@@ -812,13 +815,6 @@ def part_of_graph(p: int, parting: Partition, graph: Graph, cfg: Config, distinc
     facts = part_facts(gp, parting.part, distinct)
     usage.add("partition", start)
     return (facts, usage.report()), gp
-
-
-@ray.remote(max_retries=RESTARTS)
-def planned_part(part: GraphPart, fields: dict[str, Any]) -> GraphPart:
-    """A part's :class:`~.halo.GraphPart` with its halo and degrees
-    (:func:`~.halo.exchange`): what its actor is built from."""
-    return replace(part, **fields)
 
 
 @ray.remote(max_retries=RESTARTS)

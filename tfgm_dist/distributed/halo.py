@@ -176,7 +176,7 @@ def exchange(facts: list[PartFacts], parting: Partition, num_nodes: int, num_rol
             role_degrees[torch.from_numpy(at)] = f.role_degrees[:at.size]
             role_degrees[num_nodes:] += f.role_degrees[at.size:]
     owner = [parting.part[h] for h in halos]
-    needs = [sorted(set(owner[p].tolist()) - {p}) for p in range(P)]
+    needs = [[q for q in np.unique(owner[p]).tolist() if q != p] for p in range(P)]
     consumers = [[p for p in range(P) if q in needs[p]] for q in range(P)]
     out = []
     for p in range(P):
