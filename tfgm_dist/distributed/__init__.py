@@ -12,8 +12,9 @@ grows with the graphs' edges runs in Ray workers:
   (:func:`held_pair`). Every task that needs a whole graph reads them back
   (:func:`~.actors.whole_graph`).
 - **partition**: a task per graph partitions it, streaming over its blocks by default
-  (:func:`~.actors.parted`); a task per part of each graph reads the blocks in turn and
-  keeps the edges that touch the part (:func:`~.actors.part_of_graph`), and the driver
+  (:func:`~.actors.parted`); a task per block cuts it by part
+  (:func:`~.actors.split_block`), a task per part joins its pieces, the edges that touch
+  the part (:func:`~.actors.part_of_graph`), and the driver
   plans the parts' halo from what they found (:func:`~.halo.exchange`). It receives the
   partition (two integers a node), each part's halo, who sends to whom, and for the gcn
   operator every node's degree; no process holds a whole graph's edges unless METIS or
@@ -97,7 +98,7 @@ from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      anchored_inputs, bare, finish, gathered_embedding, join_block, load_held,
                      number_share, parted, part_counts, part_of_graph, prepare_whole,
-                     read_share, role_rows, usage_of, write_part)
+                     read_share, role_rows, split_block, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
 from .halo import exchange, halo_plans
 
@@ -379,8 +380,9 @@ class Run:
     def _parted(self, pair: Pair, cfg: Config, P: int
                 ) -> list[list[tuple[ray.ObjectRef, dict[str, Any]]]]:
         """Both graphs partitioned at once, a task each reading its blocks
-        (:func:`~.actors.parted`); then each part of each graph cut out of the blocks by a
-        task of its own (:func:`~.actors.part_of_graph`), and the parts' halo and degrees
+        (:func:`~.actors.parted`); then each block cut by part (:func:`~.actors.split_block`)
+        and each part of each graph joined from its pieces by a task of its own
+        (:func:`~.actors.part_of_graph`), and the parts' halo and degrees
         planned here from what they found (:func:`~.halo.exchange`: ``O(|V|)`` numbers, no
         edge). Returns each graph's parts, the reference of its :class:`~.halo.GraphPart`
         without the halo and the fields that complete it, kept for the run: a restarted
@@ -394,9 +396,16 @@ class Run:
                     for g, name in zip(graphs, names)])
         self.parting = [parting for parting, _ in out]
         self.usage += [used for _, used in out]
-        cut = [[part_of_graph.remote(p, put, g, cfg, distinct, f"partition {name} part {p}")
-                for p in range(P)]
-               for g, name, put in zip(graphs, names, map(ray.put, self.parting))]
+        cut = []
+        for g, name, put in zip(graphs, names, map(ray.put, self.parting)):
+            num_roles, h = g.num_roles if cfg.embed.relations else 0, g.held
+            split = [split_block.options(num_returns=P).remote(e, w, r if num_roles else None,
+                                                               put)
+                     for e, w, r in zip(h.edges, h.weights, h.roles)]
+            split = [s if P > 1 else [s] for s in split]
+            cut.append([part_of_graph.remote(p, put, g.num_nodes, num_roles, cfg, distinct,
+                                             f"partition {name} part {p}",
+                                             *(s[p] for s in split)) for p in range(P)])
         self.exchange, self.has_roles, self.cut, self.degrees, refs = [], [], [], [], []
         for g, parting, parts in zip(graphs, self.parting, cut):
             facts, used = zip(*_got([c[0] for c in parts]))

@@ -793,25 +793,40 @@ def parted(graph: Graph, parts: int, cfg: Config, role: str) -> tuple:
     return parting, usage.report()
 
 
+Piece = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]  # edges, weights, roles
+
+
+@ray.remote(max_retries=RESTARTS)
+def split_block(edges: np.ndarray, weights: np.ndarray | None, roles: np.ndarray | None,
+                parting: Partition) -> Piece | tuple[Piece, ...]:
+    """One block of a held graph cut by part here: for each part its :data:`Piece`, the
+    block's edges with an end in it (:func:`~.halo.touching`), their weights, and the
+    relation roles (``None``: not asked for) of its nodes. Called with ``num_returns`` the
+    number of parts: each part's task (:func:`part_of_graph`) reads its pieces alone, and
+    no task reads every block."""
+    out = []
+    for p in range(parting.num_parts):
+        e, w = touching(p, edges, weights, parting.part)
+        out.append((e, w, None if roles is None else roles[:, parting.part[roles[0]] == p]))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 @ray.remote(max_retries=RESTARTS, num_returns=2)
-def part_of_graph(p: int, parting: Partition, graph: Graph, cfg: Config, distinct: bool,
-                  role: str) -> tuple:
-    """Part ``p`` of a held graph cut out here, not in the driver, from each of its blocks in
-    turn (:func:`~.halo.touching`): this process holds one block beyond the part's edges
-    and its nodes' roles. Returns what it finds in them (:func:`~.halo.part_facts`, the
+def part_of_graph(p: int, parting: Partition, num_nodes: int, num_roles: int, cfg: Config,
+                  distinct: bool, role: str, *pieces: Piece) -> tuple:
+    """Part ``p`` of a held graph from its piece of every block (:func:`split_block`), here,
+    not in the driver. Returns what it finds in them (:func:`~.halo.part_facts`, the
     degree encoding's degrees if ``distinct``) and this process's usage, then the part's
     :class:`~.halo.GraphPart` without its halo (:func:`~.halo.unplanned`), an object of its
     own that its actor completes with :func:`~.halo.exchange`'s fields."""
-    start, usage, ec, h = time.perf_counter(), Usage(role), cfg.embed, graph.held
-    cut = [touching(p, *ray.get([e, w]), parting.part) for e, w in zip(h.edges, h.weights)]
-    edges = torch.from_numpy(np.concatenate([e for e, _ in cut], axis=1))
-    weights = None if cut[0][1] is None else torch.from_numpy(np.concatenate([w for _, w in cut]))
-    roles, num_roles = None, graph.num_roles if ec.relations else 0
-    if num_roles:
-        mine = [r[:, parting.part[r[0]] == p] for r in (ray.get(ref) for ref in h.roles)]
-        roles = torch.from_numpy(np.concatenate(mine, axis=1))
-    gp = unplanned(p, parting, graph.num_nodes, ec.operator, ec.self_loops, edges, weights,
-                   roles, num_roles)
+    start, usage, ec = time.perf_counter(), Usage(role), cfg.embed
+    edges = torch.from_numpy(np.concatenate([e for e, _, _ in pieces], axis=1))
+    weights = None if pieces[0][1] is None else \
+        torch.from_numpy(np.concatenate([w for _, w, _ in pieces]))
+    roles = None if not num_roles else \
+        torch.from_numpy(np.concatenate([r for _, _, r in pieces], axis=1))
+    gp = unplanned(p, parting, num_nodes, ec.operator, ec.self_loops, edges, weights, roles,
+                   num_roles)
     facts = part_facts(gp, parting.part, distinct)
     usage.add("partition", start)
     return (facts, usage.report()), gp
