@@ -14,11 +14,11 @@ grows with the graphs' edges runs in Ray workers:
 - **partition**: a task per graph partitions it, streaming over its blocks by default
   (:func:`~.actors.parted`); a task per block cuts it by part
   (:func:`~.actors.split_block`), a task per part joins its pieces, the edges that touch
-  the part (:func:`~.actors.part_of_graph`), and the driver
-  plans the parts' halo from what they found (:func:`~.halo.exchange`). It receives the
-  partition (two integers a node), each part's halo, who sends to whom, and for the gcn
-  operator every node's degree; no process holds a whole graph's edges unless METIS or
-  RCM is asked for (``ray.partitioner``).
+  the part (:func:`~.actors.part_of_graph`), and the driver plans the parts' halo from
+  what they found (:func:`~.halo.exchange`). It receives the partition (two integers a
+  node), each part's halo, who sends to whom, and for the gcn operator every node's
+  degree; no process holds a whole graph's edges unless METIS or RCM is asked for
+  (``ray.partitioner``).
 
 - **prepare**: the automatic choices' passes (with seeds the held-out folds, without them a
   bootstrapping pass) run in one task on the largest node (:func:`prepare`), which holds
@@ -36,9 +36,9 @@ grows with the graphs' edges runs in Ray workers:
   of :math:`F_l` from the previous layer's rows of its 1-hop halo: its own, and from each
   other part the slice of that part's rows in its halo, which that part returns as a separate
   object (:func:`~.halo.exchange` plans who sends which rows to whom). A knowledge
-  graph's relation roles
-  are rows of every layer too, each a sum over all parts: each part sends its share of
-  them, and one task adds them up (:func:`~.actors.role_rows`) for the next layer.
+  graph's relation roles are rows of every layer too, each a sum over all parts: each part
+  sends its share of them, and one task adds them up (:func:`~.actors.role_rows`) for the
+  next layer.
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and each query part's own actor merges the per-shard top-k.
 - **refine**: each part refines the lists of its rows, both directions
@@ -100,7 +100,7 @@ from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      number_share, parted, part_counts, part_of_graph, prepare_whole,
                      read_share, role_rows, split_block, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, placement, resources
-from .halo import exchange, halo_plans
+from .halo import exchange, gathered, halo_plans
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
            "held_pair", "loaded", "one_to_one", "placement", "prepare"]
@@ -386,9 +386,9 @@ class Run:
         planned here from what they found (:func:`~.halo.exchange`: ``O(|V|)`` numbers, no
         edge). Returns each graph's parts, the reference of its :class:`~.halo.GraphPart`
         without the halo and the fields that complete it, kept for the run: a restarted
-        actor is rebuilt from them. Each part builds its rows of the
-        operator from the edges that touch it: no process builds a whole graph's operator
-        on the parts' path (0.43 GiB at 1M nodes)."""
+        actor is rebuilt from them. Each part builds its rows of the operator from the
+        edges that touch it: no process builds a whole graph's operator on the parts' path
+        (0.43 GiB at 1M nodes)."""
         graphs, names = (pair.source, pair.target), ("source", "target")
         # the parts' own rows of the degree encoding need every node's degree
         distinct = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
@@ -396,9 +396,10 @@ class Run:
                     for g, name in zip(graphs, names)])
         self.parting = [parting for parting, _ in out]
         self.usage += [used for _, used in out]
+        roles = [g.num_roles if cfg.embed.relations else 0 for g in graphs]
         cut = []
-        for g, name, put in zip(graphs, names, map(ray.put, self.parting)):
-            num_roles, h = g.num_roles if cfg.embed.relations else 0, g.held
+        for g, name, put, num_roles in zip(graphs, names, map(ray.put, self.parting), roles):
+            h = g.held
             split = [split_block.options(num_returns=P).remote(e, w, r if num_roles else None,
                                                                put)
                      for e, w, r in zip(h.edges, h.weights, h.roles)]
@@ -407,21 +408,16 @@ class Run:
                                              f"partition {name} part {p}",
                                              *(s[p] for s in split)) for p in range(P)])
         self.exchange, self.has_roles, self.cut, self.degrees, refs = [], [], [], [], []
-        for g, parting, parts in zip(graphs, self.parting, cut):
+        for g, parting, parts, num_roles in zip(graphs, self.parting, cut, roles):
             facts, used = zip(*_got([c[0] for c in parts]))
             self.usage += used
-            num_roles = g.num_roles if cfg.embed.relations else 0
             fields = exchange(list(facts), parting, g.num_nodes, num_roles,
                               cfg.embed.self_loops)
             self.exchange.append([(f["needs"], f["consumers"]) for f in fields])
             self.has_roles.append(num_roles > 0)
             self.cut.append(sum(f.cut for f in facts))
-            degrees = None
-            if distinct:
-                degrees = torch.zeros(g.num_nodes)
-                for p, f in enumerate(facts):
-                    degrees[torch.from_numpy(parting.nodes(p))] = f.distinct
-            self.degrees.append(degrees)
+            self.degrees.append(gathered([f.distinct for f in facts], parting)
+                                if distinct else None)
             refs.append([(c[1], f) for c, f in zip(parts, fields)])
         return refs
 

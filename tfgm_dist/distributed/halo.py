@@ -163,11 +163,8 @@ def exchange(facts: list[PartFacts], parting: Partition, num_nodes: int, num_rol
     P = parting.num_parts
     nodes = [parting.nodes(p) for p in range(P)]
     halos = [f.halo for f in facts]
-    degrees = None
-    if facts[0].degrees is not None:
-        degrees = torch.zeros(num_nodes, dtype=facts[0].degrees.dtype)
-        for at, f in zip(nodes, facts):
-            degrees[torch.from_numpy(at)] = f.degrees
+    degrees = None if facts[0].degrees is None else \
+        gathered([f.degrees for f in facts], parting)
     role_degrees = None
     if facts[0].role_degrees is not None:
         role_degrees = torch.zeros(num_nodes + num_roles, dtype=facts[0].role_degrees.dtype)
@@ -191,6 +188,14 @@ def exchange(facts: list[PartFacts], parting: Partition, num_nodes: int, num_rol
         sends = [parting.position[halos[c][owner[c] == p]] for c in consumers[p]]
         out.append(dict(degrees=degrees, halo=halos[p], needs=needs[p], gather=gather,
                         consumers=consumers[p], sends=sends, role_degrees=role_degrees))
+    return out
+
+
+def gathered(values: list[torch.Tensor], parting: Partition) -> torch.Tensor:
+    """Every node's value from each part's values of its own nodes, in their order."""
+    out = torch.zeros(parting.part.size, dtype=values[0].dtype)
+    for p, v in enumerate(values):
+        out[torch.from_numpy(parting.nodes(p))] = v
     return out
 
 
