@@ -378,14 +378,14 @@ class Run:
         return int(rows * 4 * (inputs + 2 * width)) + (256 << 20)
 
     def _parted(self, pair: Pair, cfg: Config, P: int
-                ) -> list[list[tuple[ray.ObjectRef, dict[str, Any]]]]:
+                ) -> list[list[tuple[ray.ObjectRef, ray.ObjectRef]]]:
         """Both graphs partitioned at once, a task each reading its blocks
         (:func:`~.actors.parted`); then each block cut by part (:func:`~.actors.split_block`)
         and each part of each graph joined from its pieces by a task of its own
         (:func:`~.actors.part_of_graph`), and the parts' halo and degrees
         planned here from what they found (:func:`~.halo.exchange`: ``O(|V|)`` numbers, no
-        edge). Returns each graph's parts, the reference of its :class:`~.halo.GraphPart`
-        without the halo and the fields that complete it, kept for the run: a restarted
+        edge). Returns each graph's parts, the references of its :class:`~.halo.GraphPart`
+        without the halo and of the fields that complete it, kept for the run: a restarted
         actor is rebuilt from them. Each part builds its rows of the operator from the
         edges that touch it: no process builds a whole graph's operator on the parts' path
         (0.43 GiB at 1M nodes)."""
@@ -418,7 +418,10 @@ class Run:
             self.cut.append(sum(f.cut for f in facts))
             self.degrees.append(gathered([f.distinct for f in facts], parting)
                                 if distinct else None)
-            refs.append([(c[1], f) for c, f in zip(parts, fields)])
+            # put and held here: a dict this large passed by value is put by Ray for the
+            # actor's creation and let go after it, and an actor restarted after its node
+            # was lost found it deleted
+            refs.append([(c[1], ray.put(f)) for c, f in zip(parts, fields)])
         return refs
 
     def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
