@@ -793,40 +793,34 @@ def parted(graph: Graph, parts: int, cfg: Config, role: str) -> tuple:
     return parting, usage.report()
 
 
-Piece = tuple[np.ndarray, np.ndarray | None, np.ndarray | None]  # edges, weights, roles
-
-
 @ray.remote(max_retries=RESTARTS)
 def split_block(edges: np.ndarray, weights: np.ndarray | None, roles: np.ndarray | None,
-                parting: Partition) -> Piece | tuple[Piece, ...]:
-    """One block of a held graph cut by part here: for each part its :data:`Piece`, the
-    block's edges with an end in it (:func:`~.halo.touching`), their weights, and the
-    relation roles (``None``: not asked for) of its nodes. Called with ``num_returns`` the
-    number of parts: each part's task (:func:`part_of_graph`) reads its pieces alone, and
-    no task reads every block."""
-    out = []
-    for p in range(parting.num_parts):
-        e, w = touching(p, edges, weights, parting.part)
-        out.append((e, w, None if roles is None else roles[:, parting.part[roles[0]] == p]))
-    return out[0] if len(out) == 1 else tuple(out)
+                parting: Partition) -> shares.Piece | tuple[shares.Piece, ...]:
+    """One block of a held graph cut by part here: for each part its
+    :class:`~tfgm_dist.load.shares.Piece`, the block's edges with an end in it, their
+    weights, and the relation roles (``None``: not asked for) of its nodes
+    (:func:`~.halo.touching`). Called with ``num_returns`` the number of parts: each part's
+    task (:func:`part_of_graph`) reads its pieces alone, and no task reads every block."""
+    block = shares.Piece(edges, weights, roles)
+    out = tuple(touching(p, block, parting.part) for p in range(parting.num_parts))
+    return out[0] if len(out) == 1 else out
 
 
 @ray.remote(max_retries=RESTARTS, num_returns=2)
 def part_of_graph(p: int, parting: Partition, num_nodes: int, num_roles: int, cfg: Config,
-                  distinct: bool, role: str, *pieces: Piece) -> tuple:
+                  distinct: bool, role: str, *pieces: shares.Piece) -> tuple:
     """Part ``p`` of a held graph from its piece of every block (:func:`split_block`), here,
     not in the driver. Returns what it finds in them (:func:`~.halo.part_facts`, the
     degree encoding's degrees if ``distinct``) and this process's usage, then the part's
     :class:`~.halo.GraphPart` without its halo (:func:`~.halo.unplanned`), an object of its
     own that its actor completes with :func:`~.halo.exchange`'s fields."""
     start, usage, ec = time.perf_counter(), Usage(role), cfg.embed
-    edges = torch.from_numpy(np.concatenate([e for e, _, _ in pieces], axis=1))
-    weights = None if pieces[0][1] is None else \
-        torch.from_numpy(np.concatenate([w for _, w, _ in pieces]))
-    roles = None if not num_roles else \
-        torch.from_numpy(np.concatenate([r for _, _, r in pieces], axis=1))
-    gp = unplanned(p, parting, num_nodes, ec.operator, ec.self_loops, edges, weights, roles,
-                   num_roles)
+    piece = shares.Piece(np.concatenate([x.edges for x in pieces], axis=1),
+                         None if pieces[0].weights is None else
+                         np.concatenate([x.weights for x in pieces]),
+                         None if not num_roles else
+                         np.concatenate([x.roles for x in pieces], axis=1))
+    gp = unplanned(p, parting, num_nodes, ec.operator, ec.self_loops, piece, num_roles)
     facts = part_facts(gp, parting.part, distinct)
     usage.add("partition", start)
     return (facts, usage.report()), gp

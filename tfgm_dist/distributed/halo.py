@@ -10,6 +10,7 @@ import torch
 from ..embed import (RoleShare, RowBlock, graph_operator, role_share, row_block,
                      sparse_on_purpose, weighted_degrees, with_roles)
 from ..features import undirected_degrees
+from ..load.shares import Piece
 from ..partition import Partition
 
 
@@ -120,13 +121,13 @@ class PartFacts:
     cut: int  # edges from one of its nodes to another part's
 
 
-def touching(p: int, edge_index: np.ndarray, edge_weight: np.ndarray | None,
-             part: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """The edges of ``edge_index`` (``[2, E]``, numpy) with an end in part ``p`` (``part``:
-    every node's part), and their weights."""
-    u, v = edge_index
+def touching(p: int, block: Piece, part: np.ndarray) -> Piece:
+    """The edges of ``block`` (numpy) with an end in part ``p`` (``part``: every node's
+    part), their weights, and the relation roles of its nodes."""
+    u, v = block.edges
     mask = (part[u] == p) | (part[v] == p)
-    return edge_index[:, mask], None if edge_weight is None else edge_weight[mask]
+    return Piece(block.edges[:, mask], None if block.weights is None else block.weights[mask],
+                 None if block.roles is None else block.roles[:, part[block.roles[0]] == p])
 
 
 def part_facts(plan: GraphPart, part: np.ndarray, distinct: bool = False) -> PartFacts:
@@ -200,16 +201,15 @@ def gathered(values: list[torch.Tensor], parting: Partition) -> torch.Tensor:
 
 
 def unplanned(p: int, parting: Partition, num_nodes: int, operator: str, self_loops: bool,
-              edges: torch.Tensor, weights: torch.Tensor | None, roles: torch.Tensor | None,
-              num_roles: int) -> GraphPart:
-    """Part ``p``'s :class:`GraphPart` before :func:`exchange`: its nodes, the edges
-    touching them (:func:`touching`), its nodes' relation roles (of ``roles``, some or all
-    of the graph's), no halo yet."""
+              piece: Piece, num_roles: int) -> GraphPart:
+    """Part ``p``'s :class:`GraphPart` before :func:`exchange`: its nodes, and from
+    ``piece`` (:func:`touching`) the edges touching them and their relation roles, no halo
+    yet."""
     empty = np.empty(0, dtype=np.int64)
-    mine = None if not num_roles else \
-        roles[:, torch.from_numpy(parting.part[roles[0].numpy()] == p)].clone()
-    return GraphPart(parting.nodes(p), edges, weights, num_nodes, operator, self_loops, None,
-                     empty, [], empty, [], [], mine, num_roles)
+    return GraphPart(parting.nodes(p), torch.from_numpy(piece.edges),
+                     None if piece.weights is None else torch.from_numpy(piece.weights),
+                     num_nodes, operator, self_loops, None, empty, [], empty, [], [],
+                     torch.from_numpy(piece.roles) if num_roles else None, num_roles)
 
 
 def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, operator: str,
@@ -224,14 +224,11 @@ def halo_plans(edge_index: torch.Tensor, num_nodes: int, parting: Partition, ope
     knowledge graph's relation roles where they join the embedding, go to the parts of
     their nodes (:meth:`GraphPart.role_blocks`)."""
     num_roles = 0 if roles is None or not roles.numel() else int(roles[1].max()) + 1
-    plans = []
-    for p in range(parting.num_parts):
-        plan = unplanned(p, parting, num_nodes, operator, self_loops,
-                         torch.empty(2, 0, dtype=torch.long), None, roles, num_roles)
-        edges, weights = touching(p, edge_index.numpy(), None if edge_weight is None
-                                  else edge_weight.numpy(), parting.part)
-        plans.append(replace(plan, edges=torch.from_numpy(edges),
-                             weights=None if weights is None else torch.from_numpy(weights)))
+    whole = Piece(edge_index.numpy(), None if edge_weight is None else edge_weight.numpy(),
+                  roles.numpy() if num_roles else None)
+    plans = [unplanned(p, parting, num_nodes, operator, self_loops,
+                       touching(p, whole, parting.part), num_roles)
+             for p in range(parting.num_parts)]
     fields = exchange([part_facts(gp, parting.part) for gp in plans], parting, num_nodes,
                       num_roles, self_loops)
     return [replace(gp, **f) for gp, f in zip(plans, fields)]

@@ -122,8 +122,9 @@ def relations_of(met_relations: list[pa.Array | None]) -> pa.Array | None:
 
 @dataclass(frozen=True)
 class Piece:
-    """A share's edges and relation roles whose node (the source of an edge) lies in one
-    block, in the share's order."""
+    """Some of a graph's edges, their weights and relation roles: a share's whose node (the
+    source of an edge) lies in one block, in the share's order; or a block's that touch one
+    part (:func:`~tfgm_dist.distributed.halo.touching`)."""
 
     edges: np.ndarray  # [2, E] int64 node numbers
     weights: np.ndarray | None  # [E] float32
