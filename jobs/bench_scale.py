@@ -54,10 +54,12 @@ KMEANS_ITERATIONS = 10  # FAISS's default for the coarse quantiser
 # float32 GEMM rate measured there (49.7 TFLOP/s). The IVF search of a GPU cluster is assumed
 # to scan at that rate: faiss-gpu has not run on one.
 H100 = {"embed_s_per_node": 6.3e-6, "search_flops": 14.7e12, "memory": 80e9}
-# Not spread over the parts: load and partition (a task per graph), features and write (the
-# driver, or its tasks); on one host's CPUs
-SERIAL_STAGES = ("load", "features", "partition", "write")
-PART_STAGES = ("refine", "assign")  # on the part actors' CPUs, each over its own rows
+# Where each CPU stage runs on Ray: the load's shares in tasks on the driver's host (where
+# the files are), the streaming partition in one task a graph, the others on the part
+# actors' CPUs (or their tasks), each over its own rows
+HOST_STAGES = ("load",)
+SERIAL_STAGES = ("partition",)
+PART_STAGES = ("features", "refine", "assign", "write")
 
 
 def machine_bounds(device: str = "cpu") -> dict[str, float]:
@@ -247,35 +249,41 @@ def _print(rows: list, partitions: int) -> None:
 
 def _projection(n0: int, m: dict, c: dict, partitions: int) -> None:
     """What the same job costs at 10M, 100M and 1B nodes on 8, 64 and 512 H100 GPUs, one part
-    actor each, from this run's largest size and its per-part costs: the stages not spread
-    over the parts (:data:`SERIAL_STAGES`) scale linearly from their measured seconds, on one host; the part
-    actors' CPU stages (:data:`PART_STAGES`) from their measured seconds times the measured
-    ``partitions``, as ``n / GPUs`` rows each; embed and search from what one H100 did
-    (:data:`H100`): the embedding's seconds per node, and the multiply-adds of an IVF search
-    with this run's probed fraction of the lists (nlist = sqrt(n)) at the rate its exact
-    search reached, divided over the GPUs."""
+    actor each, from this run's largest size and its per-part costs: the load
+    (:data:`HOST_STAGES`) linearly from its measured seconds, on one host like this one; the
+    partition (:data:`SERIAL_STAGES`) likewise, one task a graph; the part actors' CPU stages
+    (:data:`PART_STAGES`) from their measured seconds times the measured ``partitions``, as
+    ``n / GPUs`` rows each; embed and search from what one H100 did (:data:`H100`): the
+    embedding's seconds per node, and the multiply-adds of an IVF search with this run's
+    probed fraction of the lists (nlist = sqrt(n)) at the rate its exact search reached,
+    divided over the GPUs."""
     f, d = c["nprobe"] / c["nlist"], c["dim"]
-    serial = sum(m["seconds"].get(s, 0.0) for s in SERIAL_STAGES) / n0
-    parts = sum(m["seconds"].get(s, 0.0) for s in PART_STAGES) * partitions / n0
+
+    def per_node(stages: tuple[str, ...]) -> float:
+        return sum(m["seconds"].get(s, 0.0) for s in stages) / n0
+
+    host, serial = per_node(HOST_STAGES), per_node(SERIAL_STAGES)
+    parts = per_node(PART_STAGES) * partitions
     print(f"\nProjection for H100 GPUs (their measured embedding and search rates), from the "
-          f"{n0:,} run at P = {partitions}: stages not spread over the parts "
-          f"{serial * 1e6:.1f} s per 1M nodes, part actors' CPU stages {parts * 1e6:.1f} s per "
-          f"1M nodes of one part, search probes {f:.1%} of the lists:\n")
-    print("| nodes | GPUs | serial s | part CPU s | embed s | search s | total s | dominant | "
-          "target embedding per GPU |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"{n0:,} run at P = {partitions}: the load on one host {host * 1e6:.1f} s per 1M "
+          f"nodes, the partition {serial * 1e6:.1f} s per 1M nodes, part actors' CPU stages "
+          f"{parts * 1e6:.1f} s per 1M nodes of one part, search probes {f:.1%} of the "
+          "lists:\n")
+    print("| nodes | GPUs | load s (one host) | partition s | part CPU s | embed s | search s "
+          "| total s | dominant | target embedding per GPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in (10 ** 7, 10 ** 8, 10 ** 9):
         for gpus in (8, 64, 512):
             embed = H100["embed_s_per_node"] * n / gpus
             search = 2 * n * (n ** 0.5 * d + f * n * d) / (gpus * H100["search_flops"])
             share = n * d * 4 / gpus
             fits = "fits" if share <= 0.8 * H100["memory"] else "does not fit"
-            stages = {"serial": serial * n, "part CPU": parts * n / gpus, "embed": embed,
-                      "search": search}
-            print(f"| {n:,} | {gpus} | {serial * n:,.0f} | {parts * n / gpus:,.1f} "
-                  f"| {embed:,.2f} | {search:,.0f} | {sum(stages.values()):,.0f} "
-                  f"| {max(stages, key=stages.get)} | {share / 1e9:,.1f} GB, {fits} |")
-
+            stages = {"load": host * n, "partition": serial * n, "part CPU": parts * n / gpus,
+                      "embed": embed, "search": search}
+            print(f"| {n:,} | {gpus} | {host * n:,.0f} | {serial * n:,.0f} "
+                  f"| {parts * n / gpus:,.1f} | {embed:,.2f} | {search:,.0f} "
+                  f"| {sum(stages.values()):,.0f} | {max(stages, key=stages.get)} "
+                  f"| {share / 1e9:,.1f} GB, {fits} |")
 
 if __name__ == "__main__":
     main()
