@@ -16,6 +16,7 @@ import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import RESTART_HEADROOM, placement
+from tfgm_dist.distributed.cluster import fitted_memory, node_memory
 from tfgm_dist.distributed.actors import whole_graph
 from tfgm_dist.distributed.halo import halo_plans
 from tfgm_dist.embed import graph_operator, role_partial, row_block
@@ -285,6 +286,28 @@ def test_cpu_actors_run_their_share_of_cores_and_reserve_half():
     assert options["scheduling_strategy"] == "SPREAD"
 
 
+def test_actors_declare_no_more_memory_than_lets_every_one_be_placed_at_once():
+    assert fitted_memory(3, 3, [10, 4]) == 3  # three fit on the first node
+    assert fitted_memory(5, 3, [10, 4]) == 4  # two of 4 on the first, one on the second
+    assert fitted_memory(12, 1, [10, 4]) == 10
+
+
+def test_part_actors_sized_beyond_the_node_all_start(cluster):
+    """The 3M pair at P = 4 declared more than a quarter of this machine each and hung with
+    two of its four actors started; declared as fitted, every one starts."""
+    nodes = node_memory()
+    memory = fitted_memory(int(max(nodes)), 3, nodes)
+    assert 0 < memory <= max(nodes) / 3
+
+    @ray.remote(num_cpus=0)
+    class Sized:
+        def ready(self) -> bool:
+            return True
+
+    actors = [Sized.options(memory=memory).remote() for _ in range(3)]
+    assert ray.get([a.ready.remote() for a in actors], timeout=60) == [True] * 3
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU; torch sees none on this host")
 def test_a_ray_run_on_the_gpu_equals_one_process_on_the_cpu(cluster, tmp_path):
@@ -324,9 +347,10 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
     assert len(list((tmp_path / f"p{p}" / "matches").iterdir())) == p
     roles = [proc["role"] for proc in metrics["ray"]["processes"]]
     assert roles[:4] == ["load source", "load target", "partition source", "partition target"]
-    assert roles[4:4 + 2 * p] == [f"partition {g} part {q}" for g in ("source", "target")
-                                  for q in range(p)]  # each part cut out of the blocks
-    assert roles[4 + 2 * p:4 + 3 * p] == [f"part {q}" for q in range(p)]
+    # each part cut out of the blocks, then the graph's halo exchange planned
+    assert roles[4:6 + 2 * p] == [f"partition {g} {what}" for g in ("source", "target")
+                                  for what in [*(f"part {q}" for q in range(p)), "halo"]]
+    assert roles[6 + 2 * p:6 + 3 * p] == [f"part {q}" for q in range(p)]
     assert "refine+assign" in roles
     assert all(proc["peak_rss_bytes"] > 0 for proc in metrics["ray"]["processes"])
     # its own memory, without the object store's pages: below the peak of all it touched
@@ -701,8 +725,9 @@ def test_an_actor_killed_is_restarted_and_the_output_is_identical(cluster, tmp_p
 
 
 @pytest.mark.slow
+# split_block ends before it is seen
 @pytest.mark.parametrize("task", ["read_share", "number_share", "join_block", "parted",
-                                  "part_of_graph"])  # split_block ends before it is seen
+                                  "part_of_graph", "exchanged"])
 def test_a_worker_killed_while_it_loads_or_partitions_a_graph_is_replaced_and_the_output_is_identical(
         cluster, tmp_path, task):
     """A task that loads a graph (reading a share of its row groups, numbering it, joining

@@ -96,11 +96,11 @@ from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, conte
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
-                     anchored_inputs, bare, finish, gathered_embedding, join_block, load_held,
-                     number_share, parted, part_counts, part_of_graph, prepare_whole,
-                     read_share, role_rows, split_block, usage_of, write_part)
-from .cluster import RESTART_HEADROOM, connect, placement, resources
-from .halo import exchange, gathered, halo_plans
+                     anchored_inputs, bare, exchanged, finish, gathered_embedding, join_block,
+                     load_held, number_share, parted, part_counts, part_of_graph,
+                     prepare_whole, read_share, role_rows, split_block, usage_of, write_part)
+from .cluster import RESTART_HEADROOM, connect, fitted_memory, node_memory, placement, resources
+from .halo import halo_plans
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
            "held_pair", "loaded", "one_to_one", "placement", "prepare"]
@@ -371,34 +371,36 @@ class Run:
 
     def _actor_memory(self, chans: list[Channel]) -> int:
         """Bytes an actor holds at most, declared to Ray: for both graphs, its part's rows of
-        the input and of two layers per channel, of its embedding and of the FAISS copy."""
+        the input and of two layers per channel, of its embedding and of the FAISS copy;
+        at most what lets every part actor be placed at once (:func:`~.cluster.fitted_memory`)."""
         rows = (self.pair.source.num_nodes + self.pair.target.num_nodes) / self.P
         inputs = sum(3 * c.x_s.size(1) for c in chans)
         width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
-        return int(rows * 4 * (inputs + 2 * width)) + (256 << 20)
+        return fitted_memory(int(rows * 4 * (inputs + 2 * width)) + (256 << 20), self.P,
+                             node_memory())
 
     def _parted(self, pair: Pair, cfg: Config, P: int
                 ) -> list[list[tuple[ray.ObjectRef, ray.ObjectRef]]]:
         """Both graphs partitioned at once, a task each reading its blocks
         (:func:`~.actors.parted`); then each block cut by part (:func:`~.actors.split_block`)
         and each part of each graph joined from its pieces by a task of its own
-        (:func:`~.actors.part_of_graph`), and the parts' halo and degrees
-        planned here from what they found (:func:`~.halo.exchange`: ``O(|V|)`` numbers, no
-        edge). Returns each graph's parts, the references of its :class:`~.halo.GraphPart`
-        without the halo and of the fields that complete it, kept for the run: a restarted
-        actor is rebuilt from them. Each part builds its rows of the operator from the
-        edges that touch it: no process builds a whole graph's operator on the parts' path
-        (0.43 GiB at 1M nodes)."""
+        (:func:`~.actors.part_of_graph`), and the parts' halo and degrees planned by a task
+        from what they found (:func:`~.actors.exchanged`); the driver receives who sends to
+        whom and the cut. Returns each graph's parts, the references of its
+        :class:`~.halo.GraphPart` without the halo and of the fields that complete it, kept
+        for the run: a restarted actor is rebuilt from them. Each part builds its rows of
+        the operator from the edges that touch it: no process builds a whole graph's
+        operator on the parts' path (0.43 GiB at 1M nodes)."""
         graphs, names = (pair.source, pair.target), ("source", "target")
         # the parts' own rows of the degree encoding need every node's degree
         distinct = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
-        out = _got([parted.remote(g, P, cfg, f"partition {name}")
-                    for g, name in zip(graphs, names)])
-        self.parting = [parting for parting, _ in out]
-        self.usage += [used for _, used in out]
+        out = [parted.remote(g, P, cfg, f"partition {name}") for g, name in zip(graphs, names)]
+        self.usage += _got([used for used, _ in out])
+        self.parting_refs = [put for _, put in out]
+        self.parting = _got(self.parting_refs)
         roles = [g.num_roles if cfg.embed.relations else 0 for g in graphs]
         cut = []
-        for g, name, put, num_roles in zip(graphs, names, map(ray.put, self.parting), roles):
+        for g, name, put, num_roles in zip(graphs, names, self.parting_refs, roles):
             h = g.held
             split = [split_block.options(num_returns=P).remote(e, w, r if num_roles else None,
                                                                put)
@@ -407,21 +409,20 @@ class Run:
             cut.append([part_of_graph.remote(p, put, g.num_nodes, num_roles, cfg, distinct,
                                              f"partition {name} part {p}",
                                              *(s[p] for s in split)) for p in range(P)])
+        planned = [exchanged.options(num_returns=1 + P).remote(
+            put, g.num_nodes, num_roles, cfg.embed.self_loops, f"partition {name} halo",
+            *(c[0] for c in parts))
+            for g, name, put, parts, num_roles in zip(graphs, names, self.parting_refs, cut,
+                                                      roles)]
         self.exchange, self.has_roles, self.cut, self.degrees, refs = [], [], [], [], []
-        for g, parting, parts, num_roles in zip(graphs, self.parting, cut, roles):
-            facts, used = zip(*_got([c[0] for c in parts]))
-            self.usage += used
-            fields = exchange(list(facts), parting, g.num_nodes, num_roles,
-                              cfg.embed.self_loops)
-            self.exchange.append([(f["needs"], f["consumers"]) for f in fields])
+        for out, parts, num_roles in zip(planned, cut, roles):
+            kept = _got([out[0]])[0]
+            self.usage += kept["usage"]
+            self.exchange.append(kept["exchange"])
             self.has_roles.append(num_roles > 0)
-            self.cut.append(sum(f.cut for f in facts))
-            self.degrees.append(gathered([f.distinct for f in facts], parting)
-                                if distinct else None)
-            # put and held here: a dict this large passed by value is put by Ray for the
-            # actor's creation and let go after it, and an actor restarted after its node
-            # was lost found it deleted
-            refs.append([(c[1], ray.put(f)) for c, f in zip(parts, fields)])
+            self.cut.append(kept["cut"])
+            self.degrees.append(kept["distinct"])
+            refs.append([(c[1], f) for c, f in zip(parts, out[1:])])
         return refs
 
     def align_and_write(self, stage: write.Location, run: dict, resume: write.Location
@@ -588,7 +589,6 @@ class Run:
         w, P, cfg, pair = self.workers, self.P, self.cfg, self.pair
         rc, spec = cfg.refine, consensus_psi(cfg)
         channel = len(self.chans)  # the actors' channel of psi_2 (align_and_write adds it)
-        partings = [ray.put((pt.part, pt.position)) for pt in self.parting]
         seeds = pair.seeds
         meter = Progress("refine", 2 * rc.steps, "steps")
         entries = []
@@ -598,7 +598,7 @@ class Run:
                            scale=scale(self.chans), dim=rc.dim, seed=cfg.seed)
             pinned = None if seeds is None else (seeds[d], seeds[1 - d])
             sent = [w[p].consensus.options(num_returns=2 * P).remote(
-                d, P, np.concatenate(rows[p]), partings[1 - d], width, pinned, options,
+                d, P, np.concatenate(rows[p]), self.parting_refs[1 - d], width, pinned, options,
                 *chunks[p]) for p in range(P)]
             ray.get([w[q].receive.remote(d, *[sent[p][q] for p in range(P)],
                                          *[sent[p][P + q] for p in range(P)])
@@ -623,10 +623,10 @@ class Run:
         ray.get([w[p].merged.remote(d, *[entries[1 - d][q][p] for q in range(P)])
                  for d in (0, 1) for p in range(P)])
         # the decoding scores of the source lists, from the rows of the targets they list
-        wanted = self._per_part([w[p].wanted.options(num_returns=P).remote(partings[1])
+        wanted = self._per_part([w[p].wanted.options(num_returns=P).remote(self.parting_refs[1])
                                  for p in range(P)])
         weight = cfg.assign.score_weight / scale(self.chans)
-        ray.get([w[p].decode_on.remote(weight, emb[0][p], partings[1],
+        ray.get([w[p].decode_on.remote(weight, emb[0][p], self.parting_refs[1],
                                        *[w[q].rows_of.remote(emb[1][q], wanted[p][q])
                                          for q in range(P)]) for p in range(P)])
         source_part = self.parting[0].part
