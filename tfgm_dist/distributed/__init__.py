@@ -394,7 +394,8 @@ class Run:
         graphs, names = (pair.source, pair.target), ("source", "target")
         # the parts' own rows of the degree encoding need every node's degree
         distinct = pair.anchored() is None and content_kind(pair, cfg).startswith("degree")
-        out = [parted.remote(g, P, cfg, f"partition {name}") for g, name in zip(graphs, names)]
+        out = [parted.remote(g.held, g.num_nodes, P, cfg, f"partition {name}")
+               for g, name in zip(graphs, names)]
         self.usage += _got([used for used, _ in out])
         self.parting_refs = [put for _, put in out]
         self.parting = _got(self.parting_refs)

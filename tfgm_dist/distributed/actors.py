@@ -772,24 +772,27 @@ def join_block(num_nodes: int, role: str, *pieces: shares.Piece) -> tuple:
 
 
 @ray.remote(max_retries=RESTARTS, num_returns=2)
-def parted(graph: Graph, parts: int, cfg: Config, role: str) -> tuple:
-    """A held graph (:func:`bare`) partitioned into ``parts`` here
+def parted(held: Held, num_nodes: int, parts: int, cfg: Config, role: str) -> tuple:
+    """A held graph of ``num_nodes`` nodes (its :class:`~tfgm_dist.graph.Held`, not the
+    graph: a reference inside an argument large enough to go through the object store, as a
+    graph's ids make it, stayed counted in Ray's store after the job, the blocks' 8-12
+    objects a job for a long-lived runner) partitioned into ``parts`` here
     (:func:`~tfgm_dist.partition.partition`): streaming, the default, it reads the graph's
-    blocks of edges one at a time (:class:`~tfgm_dist.graph.Held`); METIS and RCM read it
-    whole. Returns this process's usage (as ``role``), then the :class:`Partition`, an
-    object of its own that the driver reads and passes on as it is (a copy put again took
-    0.1 GiB of the driver at 3M nodes)."""
+    blocks of edges one at a time; METIS and RCM read it whole. Returns this process's
+    usage (as ``role``), then the :class:`Partition`, an object of its own that the driver
+    reads and passes on as it is (a copy put again took 0.1 GiB of the driver at 3M
+    nodes)."""
     start, usage = time.perf_counter(), Usage(role)
 
     def blocks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for ref in graph.held.edges:
+        for ref in held.edges:
             src, dst = ray.get(ref)
             yield src, dst
 
     streams = cfg.ray.partitioner in ("auto", "streaming")
-    edges = None if streams else whole_graph(graph).edge_index
-    parting = partition(edges, graph.num_nodes, parts, seed=cfg.seed,
-                        method=cfg.ray.partitioner, blocks=blocks)
+    edges = None if streams else _joined(held.edges, 1)
+    parting = partition(edges, num_nodes, parts, seed=cfg.seed, method=cfg.ray.partitioner,
+                        blocks=blocks)
     usage.add("partition", start)
     return usage.report(), parting
 
