@@ -293,16 +293,21 @@ def test_actors_declare_no_more_memory_than_lets_every_one_be_placed_at_once():
     assert fitted_memory(12, 1, [10, 4]) == 10
 
 
-def test_a_finished_job_leaves_nothing_in_the_object_store(cluster, tmp_path):
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_finished_job_leaves_nothing_in_the_object_store(cluster, tmp_path, seeded):
     """A long-lived runner (the API in a service) runs job after job on one cluster. The
-    streaming partition task took each graph whole as its argument, large enough (its ids)
-    to go through the object store, and the references of the blocks inside it stayed
-    counted there after the job: 8-12 objects a job at P = 2, the blocks' edges,
-    weights and roles."""
+    streaming partition task, and with seeds the tasks of the held-out passes and the
+    anchored inputs, took whole graphs as arguments, large enough (their ids) to go
+    through the object store, and the references of the blocks inside them stayed counted
+    there after the job: 8-12 objects a job at P = 2, the blocks' edges, weights and
+    roles."""
     from ray._private.internal_api import memory_summary  # the only count of the store
     data = write_pair(tmp_path / "data", 12000, seed=5)
-    run_job(job(from_toml("[bootstrap]\nrounds = 0"), tmp_path / "out", 2,
-                source=data["source"], target=data["target"]))
+    paths = dict(source=data["source"], target=data["target"])
+    if seeded:
+        paths["seeds"] = tmp_path / "seeds.parquet"
+        pq.write_table(pq.read_table(data["gold"]).slice(0, 1200), paths["seeds"])
+    run_job(job(from_toml("[bootstrap]\nrounds = 0"), tmp_path / "out", 2, **paths))
     gc.collect()
     deadline = time.monotonic() + 20  # the store lets go of a job's objects as it hears
     while "usage 0 MiB, 0 objects" not in (summary := memory_summary(stats_only=True)):

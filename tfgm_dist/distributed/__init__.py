@@ -96,8 +96,8 @@ from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, conte
 from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
-                     anchored_inputs, bare, exchanged, finish, gathered_embedding, join_block,
-                     load_held, number_share, parted, part_counts, part_of_graph,
+                     anchored_inputs, apart, bare, exchanged, finish, gathered_embedding,
+                     join_block, load_held, number_share, parted, part_counts, part_of_graph,
                      prepare_whole, read_share, role_rows, split_block, usage_of, write_part)
 from .cluster import RESTART_HEADROOM, connect, fitted_memory, node_memory, placement, resources
 from .halo import halo_plans
@@ -345,7 +345,7 @@ def prepare(pair: Pair, cfg: Config, watch: Stopwatch
     cpus = _largest_node_cpus()
     log.info("auto: the held-out and bootstrapping passes run in one task of %g cores", cpus)
     seeds, hints, dropped, cfg, prepared, seconds, usage = _got([prepare_whole.options(
-        num_cpus=cpus).remote(pair, cfg, settled, report, cpus)])[0]
+        num_cpus=cpus).remote(*apart(pair), cfg, settled, report, cpus)])[0]
     for stage, took in seconds.items():
         watch.seconds[stage] = watch.seconds.get(stage, 0.0) + took
     if dropped:
@@ -491,7 +491,7 @@ class Run:
         if pair.anchored() is not None:
             cpus = _largest_node_cpus()
             out = anchored_inputs.options(num_returns=1 + 2 * P, num_cpus=cpus).remote(
-                pair, cfg, nodes, cpus)
+                *apart(pair), cfg, nodes, cpus)
             return _got([out[0]])[0], [out[1:1 + P], out[1 + P:]]
         kind, structure = content_kind(pair, cfg), has_structure(pair, cfg)
         log.info("features: each of the %d parts makes its %s rows from its own nodes", P,
@@ -562,8 +562,9 @@ class Run:
         with self.watch.stage("refine+assign"):
             finish_cpus = _largest_node_cpus()
             out = finish.options(num_returns=2 + P, num_cpus=finish_cpus).remote(
-                self._light_pair(), cfg, pl, self.parting[0], finish_cpus, _flat(forward[0]),
-                _flat(forward[1]), None if backward is None else _flat(backward[0]),
+                *apart(self._light_pair()), cfg, pl, self.parting[0], finish_cpus,
+                _flat(forward[0]), _flat(forward[1]),
+                None if backward is None else _flat(backward[0]),
                 [] if backward is None else _flat(backward[1]), embeddings, scale(self.chans),
                 self.prepared, resume)
             metrics, finish_usage = ray.get(out[:2])

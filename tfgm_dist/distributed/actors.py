@@ -715,9 +715,21 @@ def whole_graph(graph: Graph) -> Graph:
                    roles=_joined(h.roles, 1), held=None)
 
 
-def whole_pair(pair: Pair) -> Pair:
-    """``pair`` with both graphs' edges read back (:func:`whole_graph`)."""
-    return replace(pair, source=whole_graph(pair.source), target=whole_graph(pair.target))
+def apart(pair: Pair) -> tuple[Pair, tuple[Held | None, Held | None]]:
+    """``pair`` without its graphs' :class:`~tfgm_dist.graph.Held` references, and those
+    references: a task takes them as an argument of their own (:func:`whole_pair`).
+    References inside an argument large enough to go through the object store, as a
+    graph's ids make a pair, stayed counted in the store after the job (8 objects a seeded
+    job at P = 2, job after job for a long-lived runner)."""
+    bare = [replace(g, held=None) for g in (pair.source, pair.target)]
+    return replace(pair, source=bare[0], target=bare[1]), (pair.source.held, pair.target.held)
+
+
+def whole_pair(pair: Pair, held: tuple[Held | None, Held | None]) -> Pair:
+    """``pair`` (:func:`apart`) with both graphs' edges read back from ``held``
+    (:func:`whole_graph`)."""
+    return replace(pair, source=whole_graph(replace(pair.source, held=held[0])),
+                   target=whole_graph(replace(pair.target, held=held[1])))
 
 
 # A worker that loaded goes on to run the next tasks (a partition, a part's edges): with
@@ -864,8 +876,8 @@ def part_counts(part: Graph, degrees: torch.Tensor | None, kind: str, cfg: Confi
 
 # max_calls = 1: the worker exits after it, giving back the whole pair's memory
 @ray.remote(max_retries=RESTARTS, max_calls=1)
-def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any],
-                  num_cpus: float) -> tuple:
+def prepare_whole(pair: Pair, held: tuple[Held | None, Held | None], asked: Config,
+                  cfg: Config, report: dict[str, Any], num_cpus: float) -> tuple:
     """:func:`~tfgm_dist.auto.prepared_by_passes` of the whole ``pair`` in this task, with
     the user's settings ``asked`` and what the driver settled of them (``cfg``,
     ``report``): the held-out folds, the choices and the bootstrapping passes. Returns the
@@ -875,7 +887,7 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
     stay here."""
     _threads(num_cpus)
     usage, watch = Usage("prepare"), Stopwatch()
-    out, cfg, prepared = prepared_by_passes(whole_pair(pair), asked, cfg, report, watch)
+    out, cfg, prepared = prepared_by_passes(whole_pair(pair, held), asked, cfg, report, watch)
     usage.seconds = watch.seconds
     read = [g.names_from_ids for g in (pair.source, pair.target)]
     dropped = any(read) and read != [g.names_from_ids for g in (out.source, out.target)]
@@ -884,14 +896,14 @@ def prepare_whole(pair: Pair, asked: Config, cfg: Config, report: dict[str, Any]
 
 # max_calls = 1: the worker exits after it, giving back the whole pair's memory
 @ray.remote(max_retries=RESTARTS, max_calls=1)
-def anchored_inputs(pair: Pair, cfg: Config, nodes: list[list[np.ndarray]], num_cpus: float
-                    ) -> tuple:
+def anchored_inputs(pair: Pair, held: tuple[Held | None, Held | None], cfg: Config,
+                    nodes: list[list[np.ndarray]], num_cpus: float) -> tuple:
     """The channels of a pair with seeds or hints (:func:`~tfgm_dist.pipeline.channels`:
     seed rows tied, the anchors of seeds and hints), made in this task from the whole
     pair: the channels without their rows, then per graph and part the part's rows of
     every channel (``nodes[g][p]``, node numbers), each its own object."""
     _threads(num_cpus)
-    chans = channels(whole_pair(pair).with_content(), cfg)
+    chans = channels(whole_pair(pair, held).with_content(), cfg)
     rows = [[(c.x_s, c.x_t)[g][torch.from_numpy(at)].numpy() for c in chans] for g in (0, 1)
             for at in nodes[g]]
     # new empty rows: a view of none would pickle the whole matrix it views
@@ -901,16 +913,16 @@ def anchored_inputs(pair: Pair, cfg: Config, nodes: list[list[np.ndarray]], num_
 
 
 @ray.remote(max_retries=RESTARTS)
-def finish(pair: Pair, cfg: Config, pl: Plan, part_s: Partition, num_cpus: float,
-           forward: list, forward_rows: list[np.ndarray], backward: list | None,
-           backward_rows: list[np.ndarray], embeddings: list | None, score_scale: float,
-           prepared: Prepared, resume: write.Location) -> tuple:
+def finish(pair: Pair, held: tuple[Held | None, Held | None], cfg: Config, pl: Plan,
+           part_s: Partition, num_cpus: float, forward: list, forward_rows: list[np.ndarray],
+           backward: list | None, backward_rows: list[np.ndarray], embeddings: list | None,
+           score_scale: float, prepared: Prepared, resume: write.Location) -> tuple:
     """refine + assign on the merged candidates of a pair whose edges are held
     (:func:`whole_pair`); the result cut into the source parts, which are also kept in
     ``resume`` (see :mod:`tfgm_dist.checkpoint`)."""
     _threads(num_cpus)
     usage, watch = Usage("refine+assign"), Stopwatch()
-    pair = whole_pair(pair)
+    pair = whole_pair(pair, held)
     fwd = _gather(ray.get(forward), forward_rows, pair.source.num_nodes)
     bwd = None if backward is None else _gather(ray.get(backward), backward_rows,
                                                 pair.target.num_nodes)
