@@ -14,10 +14,10 @@ grows with the graphs' edges runs in Ray workers:
 - **partition**: a task per graph partitions it, streaming over its blocks by default
   (:func:`~.actors.parted`); a task per block cuts it by part
   (:func:`~.actors.split_block`), a task per part joins its pieces, the edges that touch
-  the part (:func:`~.actors.part_of_graph`), and the driver plans the parts' halo from
-  what they found (:func:`~.halo.exchange`). It receives the partition (two integers a
-  node), each part's halo, who sends to whom, and for the gcn operator every node's
-  degree; no process holds a whole graph's edges unless METIS or RCM is asked for
+  the part (:func:`~.actors.part_of_graph`), and a task per graph plans the parts' halo
+  from what they found (:func:`~.actors.exchanged`). The driver receives the partition
+  (two integers a node), who sends to whom, the cut, and for the degree encoding every
+  node's degree; no process holds a whole graph's edges unless METIS or RCM is asked for
   (``ray.partitioner``).
 
 - **prepare**: the automatic choices' passes (with seeds the held-out folds, without them a

@@ -721,8 +721,8 @@ def apart(pair: Pair) -> tuple[Pair, tuple[Held | None, Held | None]]:
     References inside an argument large enough to go through the object store, as a
     graph's ids make a pair, stayed counted in the store after the job (8 objects a seeded
     job at P = 2, job after job for a long-lived runner)."""
-    bare = [replace(g, held=None) for g in (pair.source, pair.target)]
-    return replace(pair, source=bare[0], target=bare[1]), (pair.source.held, pair.target.held)
+    s, t = (replace(g, held=None) for g in (pair.source, pair.target))
+    return replace(pair, source=s, target=t), (pair.source.held, pair.target.held)
 
 
 def whole_pair(pair: Pair, held: tuple[Held | None, Held | None]) -> Pair:
