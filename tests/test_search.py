@@ -1,11 +1,13 @@
 """Stage 4, search: FAISS top-k against brute force, candidate restriction, padding, COO top-k."""
+import faiss
 import numpy as np
 import pytest
 import torch
 
-from tfgm_dist.search import (Candidates, both_ways, build_index, candidates_from_coo,
-                              distinct_rows, exact_best, pq_codes, probe, probe_rows, search,
-                              top_k, trained_index, training_rows, tune_nprobe)
+from tfgm_dist.search import (REFINE_FACTOR, Candidates, Reranked, both_ways, build_index,
+                              candidates_from_coo, distinct_rows, exact_best, pq_codes, probe,
+                              probe_rows, search, set_nprobe, top_k, trained_index,
+                              trained_on, training_rows, tune_nprobe)
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU; torch sees none on this host")
@@ -251,6 +253,23 @@ def test_ivfpq_scores_are_exact_inner_products():
     rows = torch.arange(c.index.size(0))[:, None].expand_as(c.index)
     torch.testing.assert_close(c.scores[valid], exact[rows[valid], c.index[valid]],
                                atol=1e-5, rtol=0)
+
+
+def test_ivfpq_reranks_as_faiss_refine_flat_does_against_the_rows_it_was_given():
+    x_s, x_t = noisy_pair(3000, 48, 0.8, 23)
+    trained = trained_on(x_t, "ivfpq", None, 0)
+    ours = build_index(x_t, "ivfpq", nprobe=6, trained=trained)
+    assert isinstance(ours, Reranked) and ours.x is x_t  # the rows themselves, no copy
+    theirs = faiss.IndexRefineFlat(faiss.clone_index(trained))
+    theirs.k_factor = REFINE_FACTOR
+    theirs.add(x_t)
+    set_nprobe(theirs, 6)
+    got, want = ours.search(x_s, 7), theirs.search(x_s, 7)
+    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
+    same = (got[1] == want[1]).mean()
+    assert same > 0.999, same  # beyond that, ties between equal exact scores
+    with pytest.raises(ValueError, match="contiguous float32"):
+        Reranked(faiss.clone_index(trained), x_t[:, :40])
 
 
 def test_tuning_raises_nprobe_until_the_sampled_recall_is_met():

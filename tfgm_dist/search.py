@@ -7,8 +7,8 @@ on a GPU when faiss-gpu sees one. Sources are streamed through the index in bloc
 memory is bounded by ``block x k`` results, never by a dense ``|Vs| x |Vt|`` matrix.
 
 ``ivfpq`` is the million-node index: IVF lists scanned with 4-bit product-quantisation codes
-(FAISS fast-scan), whose ``k_factor * k`` best are re-ranked with exact inner products, so
-its scores are exact and only its recall is approximate. The recall of an IVF index is set by
+(FAISS fast-scan), whose ``REFINE_FACTOR * k`` best are re-ranked with exact inner products
+(:class:`Reranked`), so its scores are exact and only its recall is approximate. The recall of an IVF index is set by
 ``nprobe``, and a good ``nprobe`` depends on how noisy the two graphs are; :func:`tune_nprobe`
 raises it until a sample of the real queries finds its exact best match often enough.
 """
@@ -132,7 +132,7 @@ def build_index(x: np.ndarray, kind: str = "flat", *, nlist: int | None = None,
     if gpu:
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     index.add(x)
-    return index
+    return Reranked(index, x) if kind == "ivfpq" else index
 
 
 def ivf_kind(kind: str, gpu: bool) -> str:
@@ -178,9 +178,8 @@ def trained_index(sample: np.ndarray, n: int, kind: str, nlist: int | None) -> f
     if kind == "ivf":
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
     else:
-        index = faiss.index_factory(d, f"IVF{nlist},PQ{pq_codes(d)}x4fs,RFlat",
+        index = faiss.index_factory(d, f"IVF{nlist},PQ{pq_codes(d)}x4fs",
                                     faiss.METRIC_INNER_PRODUCT)
-        index.k_factor = REFINE_FACTOR
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     return index
 
@@ -209,14 +208,50 @@ def exact_best(base: np.ndarray, probes: np.ndarray) -> np.ndarray:
     return scores[:, 0]
 
 
-def set_nprobe(index: faiss.Index, nprobe: int) -> int:
+class Reranked:
+    """An ``ivfpq`` index: the ``REFINE_FACTOR * k`` best rows of an IVF fast-scan index
+    ``codes`` for a query, re-ranked by their exact inner products with the rows of ``x``
+    (``[n, d]`` float32, contiguous), the rows ``codes`` holds the codes of.
+
+    What FAISS's ``IndexRefineFlat`` does, without its copy of the rows: the rows are the
+    embedding itself, which the caller holds anyway (on Ray, the object store's pages). The
+    copy was 1.15 GB in each part actor of the 3M pair at P = 4, where the store held the
+    same rows, and the machine ran out of memory; 1.5 GB of the 1M pair in one process.
+    """
+
+    def __init__(self, codes: faiss.Index, x: np.ndarray) -> None:
+        if x.dtype != np.float32 or not x.flags.c_contiguous or x.shape != (codes.ntotal,
+                                                                          codes.d):
+            raise ValueError(f"x must be the index's {codes.ntotal} x {codes.d} rows as "
+                             f"contiguous float32, got {x.dtype} {x.shape}")
+        self.codes, self.x = codes, x
+
+    @property
+    def ntotal(self) -> int:
+        return self.codes.ntotal
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``([m, k] scores, [m, k] rows)`` of ``queries`` (``[m, d]`` float32, contiguous),
+        best first; rows ``-1`` with score ``-inf`` where fewer than ``k`` were found."""
+        _, rows = self.codes.search(queries, k * REFINE_FACTOR)
+        exact = np.empty(rows.shape, dtype=np.float32)
+        faiss.fvec_inner_products_by_idx(  # -inf where a row is -1
+            faiss.swig_ptr(exact), faiss.swig_ptr(queries), faiss.swig_ptr(self.x),
+            faiss.swig_ptr(rows), self.x.shape[1], rows.shape[0], rows.shape[1])
+        best = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(exact, best, 1), np.take_along_axis(rows, best, 1)
+
+
+def set_nprobe(index: faiss.Index | Reranked, nprobe: int) -> int:
     """Probe ``nprobe`` lists (at most all) of an IVF index; returns its number of lists."""
+    index = index.codes if isinstance(index, Reranked) else index
     ivf = faiss.try_extract_index_ivf(index) or index  # a GPU IVF index is its own
     ivf.nprobe = min(nprobe, ivf.nlist)
     return ivf.nlist
 
 
-def probe(index: faiss.Index, probes: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, int]:
+def probe(index: faiss.Index | Reranked, probes: np.ndarray, k: int, nprobe: int
+          ) -> tuple[np.ndarray, int]:
     """The best score an IVF index finds for each probe with ``nprobe`` lists and search width
     ``k`` (as the real search runs), and the index's number of lists."""
     nlist = set_nprobe(index, nprobe)
@@ -323,7 +358,7 @@ def distinct_rows(*parts: np.ndarray, block: int = 1 << 16) -> tuple[np.ndarray,
     return np.append(first, alone), inverse
 
 
-def search(index: faiss.Index, queries: np.ndarray, k: int, *,
+def search(index: faiss.Index | Reranked, queries: np.ndarray, k: int, *,
            ids: np.ndarray | None = None, block: int = 16384, first_width: int = 0
            ) -> Candidates:
     """Top-``k`` rows of ``index`` for every query row, streamed in blocks of ``block``.
@@ -360,8 +395,8 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, *,
     return Candidates(found.scores[inverse], found.index[inverse])
 
 
-def _search_distinct(index: faiss.Index, queries: np.ndarray, k: int, ids: np.ndarray | None,
-                     block: int, first_width: int) -> Candidates:
+def _search_distinct(index: faiss.Index | Reranked, queries: np.ndarray, k: int,
+                     ids: np.ndarray | None, block: int, first_width: int) -> Candidates:
     """:func:`search` of distinct ``queries`` (float32, contiguous)."""
     n = queries.shape[0]
     ids = np.arange(index.ntotal, dtype=np.int64) if ids is None else ids
