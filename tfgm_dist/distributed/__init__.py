@@ -755,7 +755,7 @@ class Run:
             for p in range(P):
                 blocks[p] += [lay[p] for lay in kept]
             scales += [(self.chans[c].weight * w) ** 0.5 for w in ec.block_weights]
-        return [w[p].concat.remote(scales, *blocks[p]) for p in range(P)]
+        return [w[p].concat.remote(g, scales, *blocks[p]) for p in range(P)]
 
     def _search(self, key: str, queries: list, query_nodes: np.ndarray, base_graph: int,
                 base: list, base_nodes: np.ndarray) -> tuple[list[list], list[list[np.ndarray]]]:
