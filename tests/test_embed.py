@@ -7,7 +7,7 @@ import torch
 
 from tfgm_dist.config import EmbedConfig
 from tfgm_dist.embed import (LayerParams, embed, graph_operator, layer, layer_params, propagate,
-                             row_block, whole)
+                             row_block, weighted_degrees, whole)
 
 # The path 0 - 1 - 2 - 3, each edge given once (the operator symmetrises it).
 PATH = torch.tensor([[0, 1, 2], [1, 2, 3]])
@@ -210,6 +210,30 @@ def test_layers_over_a_node_partition_equal_whole_graph_layers(parts, kind, self
             pieced[nodes] = layer(block, h[block.halo], p, relu)
         torch.testing.assert_close(pieced, full, atol=1e-6, rtol=0)
         h = full
+
+
+@pytest.mark.parametrize("kind,self_loops", [("sum", True), ("mean", True), ("gcn", True),
+                                             ("sum", False)])
+def test_an_operator_of_some_rows_holds_exactly_the_whole_operators_entries_of_them(
+        kind, self_loops):
+    """``rows`` keeps a node set's rows of the operator, entry for entry as the whole
+    graph's, from the edges that touch them alone (a part's, with every node's degree)."""
+    n = 50
+    ei = random_graph(n, 140, seed=7)
+    ei = torch.cat([ei, torch.tensor([[3, 8], [3, 8]])], dim=1)  # given self-loops stay
+    w = torch.rand(ei.size(1), generator=torch.Generator().manual_seed(1)) + 0.5
+    whole_op = graph_operator(ei, n, kind, self_loops=self_loops, edge_weight=w)
+    summed = graph_operator(ei, n, "sum", self_loops=self_loops, edge_weight=w)
+    degrees = weighted_degrees(summed.edge_index[1], summed.edge_weight, n)  # gcn's
+    nodes = torch.tensor([0, 3, 4, 9, 20, 33, 49])
+    touch = torch.isin(ei, nodes).any(0)
+    part = graph_operator(ei[:, touch], n, kind, self_loops=self_loops, edge_weight=w[touch],
+                          degrees=degrees if kind == "gcn" else None, rows=nodes)
+    assert torch.isin(part.edge_index[1], nodes).all()
+    want = row_block(whole_op, nodes)
+    got = row_block(part, nodes)
+    torch.testing.assert_close(got.halo, want.halo)
+    torch.testing.assert_close(got.adj.to_dense(), want.adj.to_dense(), atol=0, rtol=0)
 
 
 def test_row_block_halo_is_the_in_neighbourhood_of_its_rows():

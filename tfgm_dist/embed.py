@@ -50,7 +50,8 @@ class Operator:
 def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", *,
                    self_loops: bool = True, directed: bool = False,
                    edge_weight: torch.Tensor | None = None,
-                   degrees: torch.Tensor | None = None) -> Operator:
+                   degrees: torch.Tensor | None = None,
+                   rows: torch.Tensor | None = None) -> Operator:
     """Build :math:`\\hat{A}` from an edge list.
 
     ``sum``: :math:`\\tilde{A}`; ``mean`` (GraphSAGE): :math:`\\tilde{D}^{-1}\\tilde{A}`;
@@ -59,7 +60,10 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     :math:`\\tilde{D}` summing a node's incoming weights (``mean``: counting them). Edges are
     made undirected unless ``directed``; a repeated edge counts once, at its largest weight,
     and a self-loop already given keeps its weight. ``degrees`` gives every node's
-    :math:`\\tilde{D}` where ``edge_index`` holds only some nodes' edges (a part's).
+    :math:`\\tilde{D}` where ``edge_index`` holds only some nodes' edges (a part's), and
+    ``rows`` keeps only those nodes' rows: the entries of the others, and their
+    self-loops, are never made (a part actor of the 3M pair at P = 4 had made every node's
+    self-loop and both directions of its cut edges, then cut them away, :func:`row_block`).
 
     What PyG's ``to_undirected(reduce="max")``, ``add_remaining_self_loops``, ``coalesce``
     and ``gcn_norm`` compute (``tests/test_embed.py`` checks it against them), in plain torch:
@@ -75,10 +79,15 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, kind: str = "sum", 
     w = torch.ones(src.numel()) if edge_weight is None else edge_weight
     if not directed:
         src, dst, w = torch.cat([src, dst]), torch.cat([dst, src]), torch.cat([w, w])
+    if rows is not None:
+        kept = torch.zeros(num_nodes, dtype=torch.bool)
+        kept[rows] = True
+        mine = kept[dst]
+        src, dst, w = src[mine], dst[mine], w[mine]
     if self_loops:
-        looped = torch.zeros(num_nodes, dtype=torch.bool)
-        looped[src[src == dst]] = True
-        free = (~looped).nonzero().flatten()
+        free = torch.ones(num_nodes, dtype=torch.bool) if rows is None else kept
+        free[src[src == dst]] = False
+        free = free.nonzero().flatten()
         src, dst = torch.cat([src, free]), torch.cat([dst, free])
         w = torch.cat([w, torch.ones(free.numel(), dtype=w.dtype)])
     key, at = torch.unique(src * num_nodes + dst, return_inverse=True)  # sorted: by source

@@ -49,10 +49,11 @@ class GraphPart:
         :func:`~tfgm_dist.embed.graph_operator`, the same rows as cut from the whole
         graph's operator (every entry of a node's row comes from an edge that touches it;
         ``gcn`` takes the neighbours' degrees from ``degrees``)."""
+        nodes = torch.from_numpy(self.nodes)
         op = graph_operator(self.edges, self.num_nodes, self.operator,
                             self_loops=self.self_loops, edge_weight=self.weights,
-                            degrees=self.degrees)
-        block = row_block(op, torch.from_numpy(self.nodes))
+                            degrees=self.degrees, rows=nodes)
+        block = row_block(op, nodes)
         if not np.array_equal(block.halo.numpy(), self.halo):
             raise RuntimeError("a part's operator rows read another halo than was planned")
         return block
