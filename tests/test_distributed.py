@@ -17,7 +17,7 @@ import torch
 
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import RESTART_HEADROOM, placement
-from tfgm_dist.distributed.cluster import fitted_memory, node_memory
+from tfgm_dist.distributed.cluster import fitted_memory, node_memory, placed
 from tfgm_dist.distributed.actors import whole_graph
 from tfgm_dist.distributed.halo import halo_plans
 from tfgm_dist.embed import graph_operator, role_partial, row_block
@@ -291,6 +291,8 @@ def test_actors_declare_no_more_memory_than_lets_every_one_be_placed_at_once():
     assert fitted_memory(3, 3, [10, 4]) == 3  # three fit on the first node
     assert fitted_memory(5, 3, [10, 4]) == 4  # two of 4 on the first, one on the second
     assert fitted_memory(12, 1, [10, 4]) == 10
+    # how many the nodes hold at the estimate: as many compute a layer at once
+    assert placed(5, [10, 4]) == 2 and placed(3, [10, 4]) == 4 and placed(12, [10, 4]) == 0
 
 
 @pytest.mark.parametrize("seeded", [False, True])
@@ -329,6 +331,24 @@ def test_part_actors_sized_beyond_the_node_all_start(cluster):
 
     actors = [Sized.options(memory=memory).remote() for _ in range(3)]
     assert ray.get([a.ready.remote() for a in actors], timeout=60) == [True] * 3
+
+
+def test_part_actors_the_nodes_cannot_hold_at_their_estimate_embed_a_layer_at_a_time(
+        cluster, tmp_path, monkeypatch, caplog):
+    """Where the nodes cannot place every part actor at its estimate (the 3M pair at P = 4
+    here), the run says so and computes as many layers at once as fit, here one, each
+    letting its stacked rows go (four at once had Ray's memory monitor kill them), with
+    the rows of a run that computes them together."""
+    import tfgm_dist.distributed as distributed
+    data = write_pair(tmp_path / "data", 3000, seed=5)
+    paths = dict(source=data["source"], target=data["target"])
+    base = from_toml("[bootstrap]\nrounds = 0")
+    run_job(job(base, tmp_path / "together", 3, **paths))
+    monkeypatch.setattr(distributed, "node_memory", lambda: [float(64 << 20)])
+    with caplog.at_level("WARNING"):
+        run_job(job(base, tmp_path / "apart", 3, **paths))
+    assert "can hold 3 at once of at most 0.0 GiB" in caplog.text
+    assert_same_rows(tmp_path / "together", tmp_path / "apart")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),

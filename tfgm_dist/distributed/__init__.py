@@ -99,7 +99,8 @@ from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      anchored_inputs, apart, bare, exchanged, finish, gathered_embedding,
                      join_block, load_held, number_share, parted, part_counts, part_of_graph,
                      prepare_whole, read_share, role_rows, split_block, usage_of, write_part)
-from .cluster import RESTART_HEADROOM, connect, fitted_memory, node_memory, placement, resources
+from .cluster import (RESTART_HEADROOM, connect, fitted_memory, node_memory, placed, placement,
+                      resources)
 from .halo import halo_plans
 
 __all__ = ["Events", "RESTART_HEADROOM", "Run", "ShardedIndex", "connect", "halo_plans",
@@ -369,15 +370,18 @@ class Run:
         self.usage: list[dict] = list(usage or [])
         self.searched: dict[str, dict] = {}  # per direction, the tuned nprobe and recall
 
-    def _actor_memory(self, chans: list[Channel]) -> int:
+    def _actor_memory(self, chans: list[Channel]) -> tuple[int, int]:
         """Bytes an actor holds at most, declared to Ray: for both graphs, its part's rows of
-        the input and of two layers per channel, of its embedding and of the FAISS copy;
-        at most what lets every part actor be placed at once (:func:`~.cluster.fitted_memory`)."""
+        the input and of two layers per channel, and of its embedding; at most what lets
+        every part actor be placed at once (:func:`~.cluster.fitted_memory`). And how many
+        the nodes hold at that estimate: as many compute a layer at once (:meth:`_propagate`)."""
         rows = (self.pair.source.num_nodes + self.pair.target.num_nodes) / self.P
         inputs = sum(3 * c.x_s.size(1) for c in chans)
         width = sum(c.embed.num_blocks * c.x_s.size(1) for c in chans)
-        return fitted_memory(int(rows * 4 * (inputs + 2 * width)) + (256 << 20), self.P,
-                             node_memory())
+        estimate = int(rows * 4 * (inputs + width)) + (256 << 20)
+        nodes = node_memory()
+        return (fitted_memory(estimate, self.P, nodes),
+                max(1, min(self.P, placed(estimate, nodes))))
 
     def _parted(self, pair: Pair, cfg: Config, P: int
                 ) -> list[list[tuple[ray.ObjectRef, ray.ObjectRef]]]:
@@ -446,7 +450,8 @@ class Run:
             specs.append(consensus_psi(cfg))
             params.append(layer_params(specs[-1], cfg.refine.dim))
         self.layer_params = params
-        actors = dict(specs=specs, params=params, memory=self._actor_memory(self.chans))
+        memory, self.at_once = self._actor_memory(self.chans)
+        actors = dict(specs=specs, params=params, memory=memory)
         for attempt in range(1, RESTARTS + 2):
             try:
                 metrics, pieces = self._decide(resume, **actors)
@@ -521,8 +526,8 @@ class Run:
         cfg, P = self.cfg, self.P
         self.workers = [PartWorker.options(**self.actor_options, memory=memory).remote(
             p, *self.part_refs[0][p], *self.part_refs[1][p], self.inputs[0][p],
-            self.inputs[1][p],
-            specs, params, self.actor_cpus, self.device) for p in range(P)]
+            self.inputs[1][p], specs, params, self.actor_cpus, self.device,
+            self.at_once == P) for p in range(P)]
         try:
             ray.get([w.ready.remote() for w in self.workers])
             with self.watch.stage("embed"):
@@ -710,18 +715,30 @@ class Run:
         ``h``: each part's input rows and their slices (:meth:`_call`). Where the channel
         propagates over the graph's relation roles, each layer's role rows are the parts'
         shares added up in one task (:func:`~.actors.role_rows`), which every part reads at
-        the next layer."""
+        the next layer.
+
+        Where the nodes hold fewer part actors at their estimate than there are parts
+        (:meth:`_actor_memory`), only that many layers are computed at once, and the
+        actors let a layer's stacked rows go with it: a layer's call peaked at 1.5-1.6 GiB
+        of its own in each part actor of the 1M pair at P = 4 (0.9 GiB once constructed), and
+        the 3M pair's four at once, a minute into the embedding, had Ray's memory monitor
+        kill them."""
         P, w, exchange = self.P, self.workers, self.exchange[g]
         relational = spec.relations and self.has_roles[g]
         layers = [[x[0] for x in h]] if spec.include_input else []
         roles = None  # the previous layer's role rows: the input's are zeros
+        running: list[ray.ObjectRef] = []
         for l in range(spec.layers):
             on_layer(l)
             more = l + 1 < spec.layers
-            h = [self._call(w[p].layer, g, p, more, g, c, l, h[p][0], roles,
-                            *[h[q][1 + exchange[q][1].index(p)] for q in exchange[p][0]],
-                            share=relational)
-                 for p in range(P)]
+            previous, h = h, []
+            for p in range(P):
+                if self.at_once < P and len(running) >= self.at_once:
+                    _, running = ray.wait(running, num_returns=len(running) - self.at_once + 1)
+                h.append(self._call(w[p].layer, g, p, more, g, c, l, previous[p][0], roles,
+                                    *[previous[q][1 + exchange[q][1].index(p)]
+                                      for q in exchange[p][0]], share=relational))
+                running.append(h[-1][0])
             if relational and more:
                 roles = role_rows.remote(self.layer_params[c][l], spec, roles,
                                          *[x[-1] for x in h])

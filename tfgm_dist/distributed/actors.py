@@ -26,7 +26,6 @@ from ..config import Config, EmbedConfig
 from ..embed import (LayerParams, finished, layer, propagate, role_layer,
                      role_partial, transformed)
 from ..partition import Partition, partition
-from ..errors import InputError
 from ..features import node_named
 from ..graph import Graph, Held
 from ..load import load_graph, shares
@@ -199,23 +198,20 @@ class PartWorker(AuctionSide):
     def __init__(self, p: int, part_s: GraphPart, plan_s: dict[str, Any], part_t: GraphPart,
                  plan_t: dict[str, Any], inputs_s: list[np.ndarray] | PartRecipe,
                  inputs_t: list[np.ndarray] | PartRecipe, specs: list[EmbedConfig],
-                 params: list[list[LayerParams]], num_cpus: float, device: str) -> None:
+                 params: list[list[LayerParams]], num_cpus: float, device: str,
+                 keep_buffers: bool = True) -> None:
         """``part_s``, ``part_t``: the part of each graph (:func:`part_of_graph`), completed
-        by ``plan_s``, ``plan_t``, its halo and degrees (:func:`~.halo.exchange`)."""
+        by ``plan_s``, ``plan_t``, its halo and degrees (:func:`~.halo.exchange`).
+        ``keep_buffers``: whether a layer's stacked rows stay allocated for the next layer
+        (:meth:`_stacked_rows`), or go with the call, where memory is short."""
         self.threads = _threads(num_cpus)
         self.p, self.specs, self.device = p, specs, device
         self.parts = (replace(part_s, **plan_s), replace(part_t, **plan_t))
-        # per graph, per channel: the part's rows of X, made here from a recipe (a restarted
-        # actor makes them again); a bad value found doing so is told by ready(). A graph's
-        # are let go once it is embedded (:meth:`concat`), and made again if asked for
+        # per graph, per channel: the part's rows of X, made from a recipe as the graph's
+        # embedding starts (:meth:`first`) and let go once it is done (:meth:`concat`): one
+        # graph's at a time (a restarted actor makes them again)
         self.given = (inputs_s, inputs_t)
-        self.inputs: list[list[np.ndarray] | None] = [[], []]
-        self.failed = None
-        try:
-            self.inputs = [self._made(g) for g in (0, 1)]
-        except InputError as e:
-            self.failed = e
-        pa.default_memory_pool().release_unused()  # what reading left (0.27 of 1.27 GiB)
+        self.inputs: list[list[np.ndarray] | None] = [None, None]
         self.params = [[q.to(device) for q in channel] for channel in params]
         # the part's rows of each operator, whose columns are the rows a layer receives; with
         # relation roles also those over edges and roles, and its share of the roles' rows
@@ -223,6 +219,7 @@ class PartWorker(AuctionSide):
         self.role_blocks = [None if not g.num_roles else
                             tuple(b.to(device) for b in g.role_blocks()) for g in self.parts]
         self.buffers: dict[tuple[int, int, int], np.ndarray] = {}  # per graph, width, rows
+        self.keep_buffers = keep_buffers
         self.shard = SearchShard(device)
         self.P = 1  # parts of the run, told by :meth:`consensus`
         self.consensuses: list[Consensus | None] = [None, None]  # per direction, refining
@@ -231,10 +228,7 @@ class PartWorker(AuctionSide):
         super().__init__(f"part {p}")
 
     def ready(self) -> None:
-        """Raise the :class:`InputError` met making the input rows, if any (an actor whose
-        constructor raised would only say that it died)."""
-        if self.failed is not None:
-            raise self.failed
+        """Returns once the actor is made."""
 
     def _out(self, g: int, rows: np.ndarray, send: bool, share: np.ndarray | None = None
              ) -> Any:
@@ -247,9 +241,14 @@ class PartWorker(AuctionSide):
         return out[0] if len(out) == 1 else tuple(out)
 
     def _made(self, g: int) -> list[np.ndarray]:
-        """Graph ``g``'s input rows, per channel: given, or made from the recipe."""
+        """Graph ``g``'s input rows, per channel: given, or made from the recipe (a bad value
+        raises its :class:`InputError` here)."""
         x = self.given[g]
-        return x.rows() if isinstance(x, PartRecipe) else x
+        if not isinstance(x, PartRecipe):
+            return x
+        rows = x.rows()
+        pa.default_memory_pool().release_unused()  # what reading left (0.27 of 1.27 GiB)
+        return rows
 
     def first(self, send: bool, g: int, c: int) -> Any:
         """:math:`F^{(0)}` rows of graph ``g``'s channel ``c``: the normalised input."""
@@ -294,15 +293,16 @@ class PartWorker(AuctionSide):
                       ) -> np.ndarray:
         """``[own; *needed]``, the rows graph ``g``'s block multiplies (the role rows last
         where they are among ``needed``), written into an array kept for the layers of that
-        width until :meth:`concat`: a new one each layer cost as much as the product (its
-        page faults: 0.9 s of a 1M-node pair's layer at P = 2)."""
+        width until :meth:`concat` where ``keep_buffers``: a new one each layer cost as much
+        as the product (its page faults: 0.9 s of a 1M-node pair's layer at P = 2)."""
         if not needed:
             return own
         rows = own.shape[0] + sum(x.shape[0] for x in needed)
         buffer = self.buffers.get((g, own.shape[1], rows))
         if buffer is None:
-            buffer = self.buffers[g, own.shape[1], rows] = np.empty((rows, own.shape[1]),
-                                                                    own.dtype)
+            buffer = np.empty((rows, own.shape[1]), own.dtype)
+            if self.keep_buffers:
+                self.buffers[g, own.shape[1], rows] = buffer
         return np.concatenate([own, *needed], out=buffer)
 
     def concat(self, g: int, scales: list[float], *blocks: np.ndarray) -> np.ndarray:

@@ -104,19 +104,20 @@ def fitted_memory(estimate: int, count: int, nodes: list[float]) -> int:
     started. The declaration only steers where Ray places them; a part needs what it
     needs, so a lower one is logged as a warning."""
     whole = [int(m) for m in nodes]
-
-    def placed(size: int) -> int:
-        return sum(m // size for m in whole)
-
-    if placed(max(1, estimate)) >= count:
+    if placed(max(1, estimate), nodes) >= count:
         return estimate
     fits = max((m // j for m in whole for j in range(1, count + 1)
-                if m >= j and placed(m // j) >= count), default=0)
+                if m >= j and placed(m // j, nodes) >= count), default=0)
     log.warning("ray: each of the %d part actors may need %.1f GiB, but the cluster's nodes "
                 "(%s GiB) can hold %d at once of at most %.1f GiB: declared so; add memory or "
                 "nodes if a part runs out", count, estimate / 2**30,
                 ", ".join(f"{m / 2**30:.1f}" for m in nodes), count, fits / 2**30)
     return fits
+
+
+def placed(size: int, nodes: list[float]) -> int:
+    """How many actors of ``size`` bytes the nodes (each one's Ray ``memory``) hold at once."""
+    return sum(int(m) // max(1, size) for m in nodes)
 
 
 def node_memory() -> list[float]:
