@@ -38,7 +38,8 @@ grows with the graphs' edges runs in Ray workers:
   object (:func:`~.halo.exchange` plans who sends which rows to whom). A knowledge
   graph's relation roles are rows of every layer too, each a sum over all parts: each part
   sends its share of them, and one task adds them up (:func:`~.actors.role_rows`) for the
-  next layer.
+  next layer. Where the nodes cannot hold every actor at its estimated memory, only as
+  many compute a layer at once (:meth:`Run._propagate`).
 - **search**: actor ``p`` is also the FAISS shard of its part's rows. Every part's query rows
   go through every shard, and each query part's own actor merges the per-shard top-k.
 - **refine**: each part refines the lists of its rows, both directions
