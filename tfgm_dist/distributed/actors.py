@@ -310,7 +310,7 @@ class PartWorker(AuctionSide):
         side by side, each times its channel's :math:`\\sqrt{w}` in ``scales``, written in
         place (scaled copies first had doubled the rows: 2.3 GB at a time in each part
         actor of the 3M pair at P = 4). The graph is embedded: the layers' buffers and its
-        input rows are let go (0.77 GB there, both graphs')."""
+        input rows are let go (0.38 GB there)."""
         self.buffers.clear()
         self.inputs[g] = None
         out = np.empty((blocks[0].shape[0], sum(b.shape[1] for b in blocks)), np.float32)
