@@ -8,9 +8,10 @@ memory is bounded by ``block x k`` results, never by a dense ``|Vs| x |Vt|`` mat
 
 ``ivfpq`` is the million-node index: IVF lists scanned with 4-bit product-quantisation codes
 (FAISS fast-scan), whose ``REFINE_FACTOR * k`` best are re-ranked with exact inner products
-(:class:`Reranked`), so its scores are exact and only its recall is approximate. The recall of an IVF index is set by
-``nprobe``, and a good ``nprobe`` depends on how noisy the two graphs are; :func:`tune_nprobe`
-raises it until a sample of the real queries finds its exact best match often enough.
+(:class:`Reranked`), so its scores are exact and only its recall is approximate. The recall
+of an IVF index is set by ``nprobe``, and a good ``nprobe`` depends on how noisy the two
+graphs are; :func:`tune_nprobe` raises it until a sample of the real queries finds its exact
+best match often enough.
 """
 from __future__ import annotations
 
