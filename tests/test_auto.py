@@ -802,11 +802,14 @@ def test_rounds_of_confident_hints_go_on_while_a_round_keeps_more_edges(
     """Without seeds and without growth, each round's pass is checked by the edges its
     matching keeps (scripted here): the rounds go on while each keeps 5 % more than the pass
     before, and the output pass is anchored by the confident matches of the last pass that
-    kept more (``prepared.first``)."""
+    kept more (``prepared.first``). Round 1 chooses the anchors' weight on its held-out
+    hints; later rounds keep it."""
     paths = attributed_yeast(tmp_path, vocabulary=1000, words=4)
     pair = pipeline.load_pair(paths["source"], paths["target"], Config())
     script, passes, align = iter(kept), [], pipeline.align
     monkeypatch.setattr(auto.assign, "edges_kept", lambda *args: next(script))
+    chosen, select = [], auto.select
+    monkeypatch.setattr(auto, "select", lambda *a, **k: chosen.append(a) or select(*a, **k))
     monkeypatch.setattr(pipeline, "align", lambda p, c, w=None: passes.append(align(p, c, w))
                         or passes[-1])
     final, cfg, prepared = auto.prepare(
@@ -814,6 +817,7 @@ def test_rounds_of_confident_hints_go_on_while_a_round_keeps_more_edges(
     report = prepared.report["bootstrap"]
     assert report["rounds"] == rounds and report["edges_kept"] == list(kept)
     assert len(passes) == len(kept)  # the first pass and every checked round's
+    assert len(chosen) == 1
     assert torch.equal(prepared.first.matched, passes[hinted_by].matched)
     assert torch.equal(prepared.first.candidates.scores, passes[hinted_by].candidates.scores)
     assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first).sources)
