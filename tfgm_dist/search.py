@@ -497,12 +497,16 @@ def bf16_native() -> bool:
 
 
 # The bfloat16 product is used only where it leaves at most BF16_EXTRA of BF16_SAMPLE evenly
-# spaced rows to be searched again that the float32 product would not: where scores crowd
-# within its error (random unit rows of width 1,536, 15,000 x 15,000: 17.5 s against 5.8 s in
-# float32) it would not pay. Rows tied at the k-th are searched again either way (the
-# featureless flickr_myspace: 20.1 s with bfloat16, 24.3 s in float32).
+# spaced rows to be searched again that the float32 product would not. Searching a list again
+# costs about 2.2 / n of the whole float32 search and the bfloat16 product a third of it
+# (random unit rows of width 1,536, 15,000 x 15,000, every list searched again: 11.4 s
+# against 4.4 s in float32), so it pays up to about 30 % of the lists; the sample reads the
+# rows, and the columns were searched again 2.3 times as often (DBP15k zh-en's rows of names
+# with 32 hinted anchors: 7.4 % of the sample; 3.97 s against 5.9 s in float32, the same
+# lists). Rows tied at the k-th are searched again either way (the featureless
+# flickr_myspace: 20.1 s with bfloat16, 24.3 s in float32).
 BF16_SAMPLE = 256
-BF16_EXTRA = 0.05
+BF16_EXTRA = 0.15
 
 
 def bf16_certifies(q_s: np.ndarray, q_t: np.ndarray, k: int,
