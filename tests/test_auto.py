@@ -818,9 +818,17 @@ def test_rounds_of_confident_hints_go_on_while_a_round_keeps_more_edges(
     assert report["rounds"] == rounds and report["edges_kept"] == list(kept)
     assert len(passes) == len(kept)  # the first pass and every checked round's
     assert len(chosen) == 1
+    assert all(p.candidates.k == auto.HINT_K < cfg.search.k for p in passes)
     assert torch.equal(prepared.first.matched, passes[hinted_by].matched)
     assert torch.equal(prepared.first.candidates.scores, passes[hinted_by].candidates.scores)
     assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first).sources)
+
+
+def test_a_pass_that_makes_hints_lists_fewer_candidates_unless_the_user_set_k():
+    assert auto._hinting(Config()).search.k == auto.HINT_K < Config().search.k
+    assert not auto._hinting(Config()).assign.polish
+    assert auto._hinting(from_dict({"search": {"k": 40}})).search.k == 40
+    assert auto._hinting(auto._apply(Config(), {"search.k": 10})).search.k == 10
 
 
 @needs_yeast
