@@ -273,6 +273,20 @@ def test_a_bad_row_in_a_later_share_is_named_as_one_process_names_it(cluster, tm
     assert "row 901" in str(one.value) and "not listed" in str(one.value)
 
 
+def test_a_layout_of_self_loops_alone_is_the_error_one_process_gives(cluster, tmp_path):
+    """The shares' tasks count the self-loops; a graph of nothing else is refused with the
+    message of one process's load."""
+    paths = write_pair(tmp_path, 300, seed=1)
+    ids = pq.read_table(paths["target"] / "nodes.parquet")["id"]
+    pq.write_table(pa.table({"src": ids, "dst": ids}), paths["target"] / "edges.parquet")
+    cfg = from_toml("[ray]\npartitions = 2")
+    with pytest.raises(InputError) as one:
+        load_pair(paths["source"], paths["target"], cfg)
+    with pytest.raises(InputError) as there:
+        load_pair(paths["source"], paths["target"], cfg, loaded=OnRay().loaded(cfg))
+    assert str(there.value) == str(one.value) and "every edge is a self-loop" in str(one.value)
+
+
 def test_one_actor_per_gpu_with_its_tensors_on_cuda():
     device, threads, options = placement(16, 4, 4)
     assert device == "cuda" and threads == 4

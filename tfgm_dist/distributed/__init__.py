@@ -89,7 +89,7 @@ from ..features import Channel
 from ..graph import Graph, Held
 from ..load import shares
 from ..load.formats import guess_format
-from ..load.ids import uri_names
+from ..load.ids import only_self_loops, uri_names
 from ..partition import Partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
                         content_kind, counted, decodes_on_scores, has_structure, ordered, plan,
@@ -302,8 +302,7 @@ def _in_shares(path: Path, cfg: Config, is_target: bool,
     loops = sum(_got([n[0] for n in numbers]))
     kept, dropped, block_usage = zip(*_got([j[0] for j in joins]))
     if loops == sum(rows):
-        raise InputError(f"{path}: every edge is a self-loop; a graph needs edges between "
-                         "distinct nodes")
+        raise only_self_loops(str(path))
     names = uri_names(graph.ids) if files.content is None else None
     graph = replace(graph, names=names, names_from_ids=names is not None,
                     stats={"input_edges": sum(rows), "self_loops": loops,

@@ -211,6 +211,12 @@ def first_of_each(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarra
     return np.sort(first)
 
 
+def only_self_loops(source: str) -> InputError:
+    """The error of a graph file whose every edge is a self-loop."""
+    return InputError(f"{source}: every edge is a self-loop; a graph needs edges between "
+                      "distinct nodes")
+
+
 def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
                 weight: np.ndarray | None = None, names: list[str] | None = None,
                 features: torch.Tensor | None = None, stats: dict[str, int] | None = None,
@@ -226,8 +232,7 @@ def build_graph(ids: pa.Array, src: np.ndarray, dst: np.ndarray, source: str, *,
     loops = src == dst
     candidates = np.flatnonzero(~loops)
     if len(src) and not len(candidates):
-        raise InputError(f"{source}: every edge is a self-loop; a graph needs edges between "
-                         "distinct nodes")
+        raise only_self_loops(source)
     kept = candidates[first_of_each(src[candidates], dst[candidates], len(ids))]
     from_ids = names is None and features is None and content is None
     if from_ids:
