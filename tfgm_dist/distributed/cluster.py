@@ -36,7 +36,7 @@ def connect(address: str = "") -> None:
         if address != "auto":
             _answers(address)
         log.info("ray: joining the cluster at %s", address)
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=True, logging_level=_ray_level())
     else:
         log.info("ray: starting a local cluster on 127.0.0.1")
         # On Linux, Ray binds its servers to every interface even with a loopback node
@@ -46,9 +46,23 @@ def connect(address: str = "") -> None:
         # Ray keeps as many idle workers as the node has cores; a run's part actors take
         # them, and the next run's tasks or actors start cold processes (torch imported
         # again). Two more kept: yeast on Ray at P = 2, runs after the first 4.2 s -> 3.5 s.
-        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 log_to_driver=True, _system_config={
-                     "num_workers_soft_limit": (os.cpu_count() or 1) + WARM_WORKERS})
+        # Ray 2.60 turns token authentication on for a new local cluster and warns that it
+        # did, on stderr beside a bad input's one-line error: on, quietly
+        notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        level = notice.level
+        notice.setLevel(logging.ERROR)
+        try:
+            ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                     log_to_driver=True, logging_level=_ray_level(), _system_config={
+                         "num_workers_soft_limit": (os.cpu_count() or 1) + WARM_WORKERS})
+        finally:
+            notice.setLevel(level)
+
+
+def _ray_level() -> int:
+    """The level of Ray's own log in this process: its warnings, or less where the job
+    logs less (``-q``); this module says what Ray's start-up lines did."""
+    return max(logging.WARNING, log.getEffectiveLevel())
 
 
 def _answers(address: str) -> None:
