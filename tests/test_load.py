@@ -103,6 +103,20 @@ def test_a_first_line_of_names_above_numbers_is_a_header_and_strings_stay_ids(tm
     assert named.ids.to_pylist() == ["alice", "bob", "carol"]
 
 
+def test_a_first_line_of_pairs_that_are_no_nodes_above_pairs_of_nodes_is_a_header(tmp_path):
+    """Where ids are strings a header looks like data to the text reader; in a file of ids
+    it is a first line none of whose ids is a node, above a line of nodes. One unknown id
+    beside a node is an error, as anywhere."""
+    s = load_graph(write(tmp_path, "s.csv", "a0,a1\na1,a2\n"))
+    t = load_graph(write(tmp_path, "t.csv", "b0,b1\nb1,b2\n"))
+    pairs = load_pairs(write(tmp_path, "seeds.csv", "flickr,lastfm\na1,b2\na0,b1\n"), s, t,
+                       "seeds")
+    assert [p.tolist() for p in pairs] == [[1, 0], [2, 1]]
+    assert load_id_list(write(tmp_path, "q.csv", "user\na2\n"), s, "queries").tolist() == [2]
+    with pytest.raises(InputError, match=r"seeds.csv line 1: id 'a9' is not a node"):
+        load_pairs(write(tmp_path, "seeds.csv", "a9,b1\na1,b2\n"), s, t, "seeds")
+
+
 def test_triples_by_name_and_by_extension(tmp_path):
     text = "1\tborn_in\t2\n2\tpart_of\t3\n1\tborn_in\t3\n"
     for name in ("triples_1", "kg.triples", "rel_triples_1"):  # JAPE, any, OpenEA

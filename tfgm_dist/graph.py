@@ -181,6 +181,15 @@ class Graph:
                              f"{self.source}")
         return pos.to_numpy(zero_copy_only=False).astype(np.int64)
 
+    def has_id(self, user_id: Any) -> bool:
+        """Whether ``user_id`` (as read from a text file, or in the ids' own type) is a
+        node's id."""
+        try:
+            value = pa.array([user_id]).cast(self.ids.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+        return bool(pc.is_in(value, value_set=self.ids)[0].as_py())
+
     def by_id(self) -> "Graph":
         """The same graph with its nodes numbered in the sort order of their ids, whatever
         order the input listed them in."""

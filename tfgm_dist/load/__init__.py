@@ -92,7 +92,7 @@ def load_pairs(path: str | Path, source: Graph, target: Graph,
     The file is two-column text (tab, comma or whitespace separated) or Parquet (its first two
     columns), in the user's ids. ``what`` (e.g. ``"seed pairs"``) prefixes every error message.
     """
-    rows = read_table(Path(path), ncols=2, what=what)
+    rows = past_a_header(read_table(Path(path), ncols=2, what=what), source, target)
     return node_numbers(rows, 0, source, what), node_numbers(rows, 1, target, what)
 
 
@@ -101,8 +101,24 @@ def load_id_list(path: str | Path, graph: Graph, what: str) -> np.ndarray:
 
     Used to restrict the candidate targets or the query sources of a run.
     """
-    rows = read_table(Path(path), ncols=1, what=what)
+    rows = past_a_header(read_table(Path(path), ncols=1, what=what), graph)
     return node_numbers(rows, 0, graph, what)
+
+
+def past_a_header(rows: Rows, *graphs: Graph) -> Rows:
+    """``rows`` of a text file of ids (column ``j`` those of ``graphs[j]``) without its first
+    line where that names the columns: none of its ids is a node, and each of the next
+    line's is. Where ids are strings (``flickr,lastfm`` above ``a3930,b12843``) a header
+    looks like data to :func:`~.tables.read_text_rows`, which skips only usual names."""
+    if rows.lines is None or len(rows.columns[0]) < 2:
+        return rows
+
+    def nodes(i: int) -> list[bool]:
+        return [graph.has_id(column[i].as_py()) for column, graph in zip(rows.columns, graphs)]
+
+    if any(nodes(0)) or not all(nodes(1)):
+        return rows
+    return Rows(rows.path, [column[1:] for column in rows.columns], rows.lines[1:])
 
 
 def load_labels(path: str | Path, graph: Graph) -> list[str]:
