@@ -61,8 +61,10 @@ def connect(address: str = "") -> None:
 
 def _ray_level() -> int:
     """The level of Ray's own log in this process: its warnings, or less where the job
-    logs less (``-q``); this module says what Ray's start-up lines did."""
-    return max(logging.WARNING, log.getEffectiveLevel())
+    logs less (``-q``), its start-up lines too where the job logs its debugging (``-v``);
+    otherwise this module says what those lines did."""
+    level = log.getEffectiveLevel()
+    return logging.INFO if level < logging.INFO else max(logging.WARNING, level)
 
 
 def _answers(address: str) -> None:
