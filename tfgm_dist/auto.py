@@ -1138,8 +1138,8 @@ def _confident_rounds(pair: Pair, cfg: Config, first: Result
     and is checked by the edges it keeps (:func:`assign.edges_kept`) against the pass
     before: where it keeps none more, its hints go to the final pass as they are; where it
     keeps fewer than :data:`MIN_EDGE_GAIN` more, the next round is the last;
-    ``bootstrap.rounds`` at most. Returns the final pass's
-    ``cfg``, the pass whose matches are its hints, the hints and the report."""
+    ``bootstrap.rounds`` at most. Returns the final pass's ``cfg``, the pass whose matches
+    are its hints, the hints and the report."""
     base, last = cfg, first
     kept = [_edges_kept(pair, first)]
     for done in range(1, base.bootstrap.rounds + 1):
