@@ -824,11 +824,12 @@ def test_rounds_of_confident_hints_go_on_while_a_round_keeps_more_edges(
     assert np.array_equal(final.hints[0], auto.confident_matches(prepared.first).sources)
 
 
-def test_a_pass_that_makes_hints_lists_fewer_candidates_unless_the_user_set_k():
+def test_a_pass_that_makes_hints_lists_fewer_candidates_than_an_exact_search():
     assert auto._hinting(Config()).search.k == auto.HINT_K < Config().search.k
     assert not auto._hinting(Config()).assign.polish
     assert auto._hinting(from_dict({"search": {"k": 40}})).search.k == 40
     assert auto._hinting(auto._apply(Config(), {"search.k": 10})).search.k == 10
+    assert auto._hinting(auto._apply(Config(), {"search.k": 200})).search.k == 200
 
 
 @needs_yeast

@@ -107,9 +107,12 @@ CROWDED_ROWS = 1.5
 # 93.0 / 97.1 / 99.1 -> 93.9 / 97.3 / 99.2 (0.5: zh 93.3; 0.9: 93.6), attributed copies
 # (2 of 64 words) of yeast 54.4 both, flickr 17.2 -> 17.7, DBP15k zh 14.4 -> 16.3.
 HINT_CONFIDENCE = 0.8
-# Without seeds, a pass whose matches become hints lists at most HINT_K candidates a source:
-# a hint is a mutual best match, its confidence from the margin to the second, and the
-# refinement's softmax over fewer candidates is sharper. DBP15k without seeds, every such
+EXACT_K = 50  # candidates a source where the search is exact
+# Without seeds, a pass whose matches become hints lists HINT_K candidates a source where the
+# run lists EXACT_K: a hint is a mutual best match, its confidence from the margin to the
+# second, and the refinement's softmax over fewer candidates is sharper. Not the 200 of small
+# featureless graphs, whose long refinement wants them (the flickr_myspace source copy,
+# 4,296 nodes, without seeds: 5.4 -> 3.9 at 25). DBP15k without seeds, every such
 # pass at 25 instead of 50, one-to-one: translated names zh / ja / fr 97.26 / 98.71 / 99.70
 # against 97.22 / 98.73 / 99.69 (at 10: zh 96.33), 20.9 / 16.3 / 16.4 s against 21.4 /
 # 17.3 / 17.9; as shipped (grown hints) zh 79.01 -> 79.92, ja 77.38 -> 78.72; zh's triples
@@ -333,7 +336,7 @@ def settle(pair: Pair, cfg: Config) -> tuple[Config, dict[str, Any]]:
                      "the CPU, as set" if cfg.is_set("device") else "torch sees no CUDA GPU")
     chosen.update({"search.index": "flat" if exact else "ivfpq",
                    "search.k": 200 if small and kind.startswith("degree") else
-                   50 if exact else 10})
+                   EXACT_K if exact else 10})
     if not exact:
         chosen["search.recall"] = IVF_RECALL
     why["search"] = (f"{n} nodes: exact search" if exact else
@@ -1098,9 +1101,10 @@ def _decoding_of(right: dict[str, np.ndarray], plain: tuple[str, ...]) -> str:
 
 def _hinting(cfg: Config) -> Config:
     """``cfg`` for a pass without seeds whose mutual best matches become hints: not
-    polished (a polish moves matches off the scores' best) and listing at most
-    :data:`HINT_K` candidates a source where the user left ``search.k`` open."""
-    k = cfg.search.k if cfg.is_set("search.k") else min(cfg.search.k, HINT_K)
+    polished (a polish moves matches off the scores' best) and listing :data:`HINT_K`
+    candidates a source where the run lists :data:`EXACT_K` and the user left ``search.k``
+    open."""
+    k = HINT_K if cfg.search.k == EXACT_K and not cfg.is_set("search.k") else cfg.search.k
     return _apply(cfg, {"assign.polish": False, "search.k": k})
 
 
