@@ -183,12 +183,12 @@ class Graph:
 
     def has_id(self, user_id: Any) -> bool:
         """Whether ``user_id`` (as read from a text file, or in the ids' own type) is a
-        node's id."""
+        node's id: :meth:`index_of` finds it."""
         try:
-            value = pa.array([user_id]).cast(self.ids.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            self.index_of([user_id], "")
+        except InputError:
             return False
-        return bool(pc.is_in(value, value_set=self.ids)[0].as_py())
+        return True
 
     def by_id(self) -> "Graph":
         """The same graph with its nodes numbered in the sort order of their ids, whatever
