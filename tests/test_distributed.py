@@ -18,7 +18,7 @@ import torch
 from tfgm_dist.config import Config, load_config, with_overrides
 from tfgm_dist.distributed import RESTART_HEADROOM, placement
 from tfgm_dist.distributed.cluster import fitted_memory, node_memory, placed
-from tfgm_dist.distributed.actors import whole_graph
+from tfgm_dist.distributed.actors import Usage, whole_graph
 from tfgm_dist.distributed.halo import halo_plans
 from tfgm_dist.embed import graph_operator, role_partial, row_block
 from tfgm_dist.errors import InputError
@@ -415,6 +415,20 @@ def test_yeast_on_ray_equals_one_process(cluster, tmp_path, monkeypatch):
                for proc in metrics["ray"]["processes"])
     assert {"embed", "search", "refine+assign", "write"} <= set(metrics["seconds"])
     assert single["rows"] == metrics["rows"] == 1004
+
+
+def test_a_long_lived_actors_usage_sees_the_peak_of_its_own_memory_inside_a_call():
+    # a part actor's memory peaks inside a layer's call and falls before it ends: sampled
+    # only as calls end, that peak went unseen
+    usage = Usage("part 0", every=0.01)
+    time.sleep(0.05)
+    before = usage.private
+    block = np.ones(128 * 2**20 // 8)
+    time.sleep(0.2)
+    del block
+    gc.collect()
+    time.sleep(0.05)
+    assert before is not None and usage.private - before >= 120 * 2**20
 
 
 @pytest.mark.skipif(not YEAST.exists(), reason=f"benchmark data not found at {YEAST}")
