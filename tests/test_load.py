@@ -117,6 +117,18 @@ def test_a_first_line_of_pairs_that_are_no_nodes_above_pairs_of_nodes_is_a_heade
         load_pairs(write(tmp_path, "seeds.csv", "a9,b1\na1,b2\n"), s, t, "seeds")
 
 
+def test_a_first_line_of_column_names_above_string_ids_is_a_header_unless_its_ids_recur(
+        tmp_path):
+    """``user_a,user_b`` above string ids had become an edge between two nodes named so."""
+    g = load_graph(write(tmp_path, "g.csv", "user_a,user_b\nalice,bob\nbob,carol\n"))
+    assert edges(g) == [("alice", "bob"), ("bob", "carol")]
+    g = load_graph(write(tmp_path, "g.tsv", "from_id\tto_id\tw\nx\ty\t0.5\n"))
+    assert edges(g) == [("x", "y")] and g.edge_weight.tolist() == [0.5]
+    # ids spelled like column names that recur below are data
+    g = load_graph(write(tmp_path, "h.csv", "node1,node2\nnode2,node3\n"))
+    assert edges(g) == [("node1", "node2"), ("node2", "node3")]
+
+
 def test_triples_by_name_and_by_extension(tmp_path):
     text = "1\tborn_in\t2\n2\tpart_of\t3\n1\tborn_in\t3\n"
     for name in ("triples_1", "kg.triples", "rel_triples_1"):  # JAPE, any, OpenEA

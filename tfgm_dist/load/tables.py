@@ -21,6 +21,10 @@ from .ids import Rows, check_unique, first_unparsable, id_column
 DELTA_LOG = "_delta_log"  # the transaction log folder that makes a folder a Delta Lake table
 # A first data line whose first field is one of these is a header, not data.
 HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id"})
+# A first field like these (node1, user_a, uid_1, from_id) names a column where the line's
+# fields recur nowhere below it: string ids can be spelled so too, but a node that is in one
+# edge alone, the first, is what a header would be.
+COLUMN_NAME = r"(?i)^(src|source|from|head|node|user|uid|id|vertex|subject|start|left|u)[ _.-]?(id|[0-9a-z])?$"
 
 
 # Suffixes of the compressed text Arrow's input streams read (public graph collections
@@ -76,8 +80,9 @@ def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
     lines = lines.filter(data)
     fields = (pc.utf8_split_whitespace(lines) if delim is None
               else pc.split_pattern(lines, delim))
-    if len(fields) and _is_header(fields[0].as_py(), fields[1].as_py() if len(fields) > 1
-                                  else None, weight_header and delim is not None):
+    if len(fields) and (_is_header(fields[0].as_py(), fields[1].as_py() if len(fields) > 1
+                                   else None, weight_header and delim is not None)
+                        or _names_columns(fields)):
         fields, line_numbers = fields[1:], line_numbers[1:]
     if not len(fields):
         raise InputError(f"{path}: no data lines (the file is empty or only comments)")
@@ -108,6 +113,15 @@ def _is_header(first: list[str], second: list[str] | None, weight_header: bool) 
     return first[0].strip().strip('"').lower() in HEADER_NAMES or (
         weight_header and len(first) == 3 and not numbers(first)[2]) or (
         second is not None and not numbers(first).any() and numbers(second).all())
+
+
+def _names_columns(fields: pa.ListArray) -> bool:
+    """Whether the first line's first field looks like a column name (:data:`COLUMN_NAME`)
+    and none of its fields recurs in a later line: ``user_a,user_b`` above string ids."""
+    first = pc.utf8_trim(fields[0].values.cast(pa.string()), characters=' "')
+    if not pc.match_substring_regex(first[0], COLUMN_NAME).as_py():
+        return False
+    return not pc.any(pc.is_in(pc.list_flatten(fields[1:]), value_set=first)).as_py()
 
 
 def _column_count(path: Path, counts: np.ndarray, lines: np.ndarray,
