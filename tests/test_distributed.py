@@ -24,6 +24,7 @@ from tfgm_dist.embed import graph_operator, role_partial, row_block
 from tfgm_dist.errors import InputError
 from tfgm_dist.graph import Graph
 from tfgm_dist.job import OnRay, run_job
+from tfgm_dist.load import shares
 from tfgm_dist.load.tables import NodeContent
 from tfgm_dist.partition import partition, pymetis
 from tfgm_dist.pipeline import load_pair
@@ -244,6 +245,81 @@ def test_a_ray_run_s_graphs_are_loaded_by_workers_and_read_back_as_one_process_s
         assert read.names == a.names and read.names_from_ids == a.names_from_ids
     assert (there.source.num_roles > 0) == (layout in ("triples", "part files"))
     assert (here.source.edge_weight is not None) == (layout == "part files")
+
+
+def _edge_list(path: Path, rows: list[str]) -> Path:
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("ids", ["integers", "strings"])
+def test_a_large_edge_list_is_read_in_byte_ranges_as_one_process_reads_it(
+        cluster, tmp_path, monkeypatch, ids):
+    """An edge list of at least two ranges' bytes is read by a worker per range, each
+    starting at a line and told its first line's number: a header, comments and blank lines,
+    weights, repeated edges and self-loops in later ranges, integer ids or strings; the
+    blocks read back are one process's load."""
+    monkeypatch.setattr(shares, "TEXT_SHARE_BYTES", 1 << 12)  # the plan is the driver's
+    rng = np.random.default_rng(2)
+    name = (lambda v: str(v)) if ids == "integers" else (lambda v: f"user{v:04d}")
+    paths = {}
+    for g in ("source", "target"):
+        src, dst = rng.integers(0, 400, 3000), rng.integers(0, 400, 3000)
+        rows = [f"{name(a)}\t{name(b)}\t{rng.uniform(0.5, 2):.3f}" for a, b in zip(src, dst)]
+        rows += rows[:50] + [f"{name(v)}\t{name(v)}\t1" for v in range(20)]
+        rows[700:700] = ["", "# a comment", "% another"]
+        paths[g] = _edge_list(tmp_path / f"{g}.tsv", ["src\tdst\tweight", *rows])
+    cfg = from_toml("[ray]\npartitions = 3")
+    here = load_pair(paths["source"], paths["target"], cfg)
+    runner = OnRay()
+    there = load_pair(paths["source"], paths["target"], cfg, loaded=runner.loaded(cfg))
+    assert sum("load source share" in u["role"] for u in runner.usage) == 3
+    for a, b in ((here.source, there.source), (here.target, there.target)):
+        assert a.ids.type == (pa.int64() if ids == "integers" else pa.string())
+        assert a.ids.equals(b.ids) and a.stats == b.stats
+        assert a.stats["duplicate_edges"] >= 50 and a.stats["self_loops"] >= 20
+        read = whole_graph(b).with_content()
+        assert _edge_set(read.edge_index, read.edge_weight) == _edge_set(a.edge_index,
+                                                                           a.edge_weight)
+
+
+def test_an_edge_list_is_read_whole_where_its_ranges_would_not_tell_what_one_process_does(
+        tmp_path, monkeypatch):
+    """Byte ranges start at a line; one task reads a file too small for two ranges, a
+    compressed one, and one whose first line is spelled like a column name (only the whole
+    file tells whether its ids recur below it)."""
+    import gzip
+    monkeypatch.setattr(shares, "TEXT_SHARE_BYTES", 1 << 12)
+    rows = [f"{a} {a + 1}" for a in range(3000)]
+    plan = shares.text_plan(_edge_list(tmp_path / "g.txt", rows), 3)
+    text = (tmp_path / "g.txt").read_bytes()
+    assert len(plan.ranges) == 3 and plan.ranges[0][0] == 0 and plan.ranges[-1][1] == len(text)
+    assert all(text[a - 1:a] == b"\n" for a, _ in plan.ranges[1:])
+    assert (plan.header, plan.like) == (False, (2, 1))
+    assert shares.text_plan(_edge_list(tmp_path / "small.txt", rows[:100]), 3) is None
+    (tmp_path / "g.txt.gz").write_bytes(gzip.compress(text))
+    assert shares.text_plan(tmp_path / "g.txt.gz", 3) is None
+    named = [f"u{a} u{a + 1}" for a in range(3000)]
+    assert shares.text_plan(_edge_list(tmp_path / "h.txt", ["node_a node_b", *named]), 3) is None
+    assert shares.text_plan(_edge_list(tmp_path / "n.txt", ["node_a node_b", *rows]), 3).header
+    assert shares.text_plan(_edge_list(tmp_path / "s.txt", ["source target", *rows]), 3).like \
+        == (2, 2)
+
+
+def test_a_bad_line_in_a_later_byte_range_is_named_as_one_process_names_it(
+        cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(shares, "TEXT_SHARE_BYTES", 1 << 12)
+    rows = [f"{a} {a + 1}" for a in range(3000)]
+    good = _edge_list(tmp_path / "good.txt", rows)
+    cfg = from_toml("[ray]\npartitions = 3")
+    for bad_row, said in (("7 8 9 10", "expected 2 columns like line 1, got 4"),
+                          ("7 8 x", "expected 2 columns like line 1, got 3")):
+        bad = _edge_list(tmp_path / "bad.txt", rows[:2500] + [bad_row] + rows[2500:])
+        with pytest.raises(InputError) as one:
+            load_pair(good, bad, cfg)
+        with pytest.raises(InputError) as there:
+            load_pair(good, bad, cfg, loaded=OnRay().loaded(cfg))
+        assert str(there.value) == str(one.value) and f"line 2501: {said}" in str(one.value)
 
 
 def test_a_bad_input_loaded_by_a_worker_is_one_error(cluster, tmp_path):
@@ -797,18 +873,25 @@ def test_an_actor_killed_is_restarted_and_the_output_is_identical(cluster, tmp_p
 
 @pytest.mark.slow
 # split_block ends before it is seen
-@pytest.mark.parametrize("task", ["read_share", "number_share", "join_block", "parted",
-                                  "part_of_graph", "exchanged"])
+@pytest.mark.parametrize("task", ["read_share", "read_text_share", "number_share",
+                                  "join_block", "parted", "part_of_graph", "exchanged"])
 def test_a_worker_killed_while_it_loads_or_partitions_a_graph_is_replaced_and_the_output_is_identical(
-        cluster, tmp_path, task):
-    """A task that loads a graph (reading a share of its row groups, numbering it, joining
-    a block) or partitions it (streaming over the blocks, joining a part's pieces) runs
-    again in a new worker when its own is killed (SIGKILL, as the kernel's OOM killer
-    would), and the run writes the same rows."""
+        cluster, tmp_path, monkeypatch, task):
+    """A task that loads a graph (reading a share of its row groups or a byte range of its
+    edge list, numbering it, joining a block) or partitions it (streaming over the blocks,
+    joining a part's pieces) runs again in a new worker when its own is killed (SIGKILL, as
+    the kernel's OOM killer would), and the run writes the same rows."""
     psutil = pytest.importorskip("psutil")
     data = write_pair(tmp_path / "data", 3000, seed=5)
     base = from_toml("[bootstrap]\nrounds = 0")
     paths = dict(source=data["source"], target=data["target"], gold=data["gold"])
+    if task == "read_text_share":
+        monkeypatch.setattr(shares, "TEXT_SHARE_BYTES", 1 << 12)
+        del paths["gold"]  # it names nodes without edges, which an edge list leaves out
+        for g in ("source", "target"):
+            edges = pq.read_table(data[g] / "edges.parquet", columns=["src", "dst"])
+            paths[g] = _edge_list(tmp_path / f"{g}.tsv", [
+                f"{a}\t{b}" for a, b in zip(edges["src"].to_pylist(), edges["dst"].to_pylist())])
     run_job(job(base, tmp_path / "calm", 2, **paths))
     killed, stop = [], threading.Event()
 

@@ -6,7 +6,8 @@ grows with the graphs' edges runs in Ray workers:
 - **load**: a Parquet layout is read in shares of its row groups, a task per share on the
   driver's node, where its files are; the driver numbers the nodes from the ids the shares
   met (or ``nodes.parquet``'s) and tasks cut the numbered edges into a block per part
-  (:mod:`tfgm_dist.load.shares`, :func:`loaded`). A text file is read by one task. The
+  (:mod:`tfgm_dist.load.shares`, :func:`loaded`); a large edge list likewise in byte
+  ranges, another text file by one task. The
   edges, weights and relation roles stay in the object store, and the driver keeps their
   references (:class:`~tfgm_dist.graph.Held`). A pair given in memory is put there first
   (:func:`held_pair`). Every task that needs a whole graph reads them back
@@ -75,6 +76,7 @@ from pathlib import Path
 from typing import Any, Callable, Generator
 
 import numpy as np
+import pyarrow as pa
 import ray
 import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -90,6 +92,7 @@ from ..graph import Graph, Held
 from ..load import shares
 from ..load.formats import guess_format
 from ..load.ids import only_self_loops, uri_names
+from ..load.tables import NodeContent, no_data_lines
 from ..partition import Partition
 from ..pipeline import (NO_GOLD_ASKED, Content, Pair, Plan, consensus_psi, content_channels,
                         content_kind, counted, decodes_on_scores, has_structure, ordered, plan,
@@ -98,8 +101,9 @@ from ..search import IVF_KINDS, probe_rows, training_rows, tune_nprobe
 from ..stopwatch import Progress, Stopwatch
 from .actors import (RESTARTS, LostState, PartRecipe, PartWorker, ShardedIndex,
                      anchored_inputs, apart, bare, exchanged, finish, gathered_embedding,
-                     join_block, load_held, number_share, parted, part_counts, part_of_graph,
-                     prepare_whole, read_share, role_rows, split_block, usage_of, write_part)
+                     join_block, line_count, load_held, number_share, parted, part_counts,
+                     part_of_graph, prepare_whole, read_share, read_text_share, role_rows,
+                     split_block, usage_of, write_part)
 from .cluster import (RESTART_HEADROOM, connect, fitted_memory, node_memory, placed, placement,
                       resources)
 from .halo import halo_plans
@@ -234,12 +238,11 @@ def loaded(source: str | Path, target: str | Path, *, cfg: Config, fmt: str | No
     two at once: the driver receives their ids, names read from URIs and counts, and the
     references of their edges, weights and roles (:class:`~tfgm_dist.graph.Held`), never
     the edges. A Parquet layout is read in shares of its row groups, as many as the run's
-    parts (:func:`_in_shares`); a text file by one task on this node, where the driver
+    parts (:func:`_in_shares`), an edge list in byte ranges where it is large enough
+    (:func:`_in_text_shares`); another text file by one task on this node, where the driver
     fetched it (:func:`~.actors.load_held`). The tasks' usage is added to ``usage``."""
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    steps = [_in_shares(Path(path), cfg, is_target, here)
-             if (fmt or guess_format(Path(path))) == "parquet" else
-             _in_one_task(str(path), fmt, cfg, is_target, here)
+    steps = [_loading(Path(path), fmt or guess_format(Path(path)), cfg, is_target, here)
              for is_target, path in ((False, source), (True, target))]
     done: list[tuple[Graph, list[dict]] | None] = [None, None]
     while None in done:  # each graph's next round submitted before either's is awaited
@@ -255,6 +258,18 @@ def loaded(source: str | Path, target: str | Path, *, cfg: Config, fmt: str | No
 
 
 Loading = Generator[None, None, tuple[Graph, list[dict]]]  # yields when a round is submitted
+
+
+def _loading(path: Path, fmt: str, cfg: Config, is_target: bool,
+             here: NodeAffinitySchedulingStrategy) -> Loading:
+    """How one graph is loaded: :func:`_in_shares`, :func:`_in_text_shares` or
+    :func:`_in_one_task`."""
+    if fmt == "parquet":
+        return _in_shares(path, cfg, is_target, here)
+    text = shares.text_plan(path, max(1, cfg.ray.partitions)) if fmt == "edgelist" else None
+    if text is not None:
+        return _in_text_shares(text, cfg, is_target, here)
+    return _in_one_task(str(path), fmt, cfg, is_target, here)
 
 
 def _in_one_task(path: str, fmt: str | None, cfg: Config, is_target: bool,
@@ -274,9 +289,7 @@ def _in_shares(path: Path, cfg: Config, is_target: bool,
     """A Parquet layout loaded as :mod:`tfgm_dist.load.shares` says, its edges cut into as
     many blocks as the run has parts: here, its footers and ``nodes.parquet``'s ids
     (:func:`~tfgm_dist.load.shares.plan`); on this node, where its files are, a task per
-    share reading the rows (:func:`~.actors.read_share`); anywhere, a task per share
-    numbering them (:func:`~.actors.number_share`) and one per block joining the shares'
-    pieces of it (:func:`~.actors.join_block`)."""
+    share reading the rows (:func:`~.actors.read_share`); then :func:`_numbered`."""
     name, blocks = "target" if is_target else "source", max(1, cfg.ray.partitions)
     layout = shares.plan(path, column_names(cfg.job.columns), blocks)
     listed = layout.node_ids
@@ -287,25 +300,62 @@ def _in_shares(path: Path, cfg: Config, is_target: bool,
     met, rows, used = zip(*_got([r[0] for r in reads]))
     ids = shares.met_ids([i for i, _ in met], layout.files.edges_path) if listed is None \
         else listed
-    relations = shares.relations_of([r for _, r in met])
     files = layout.files
+    at = [(files.edges_path, share.offset, files.nodes_path) for share in layout.shares]
+    return (yield from _numbered(path, ids, shares.relations_of([r for _, r in met]),
+                                 files.content, [r[1] for r in reads], at, sum(rows), used,
+                                 cfg, is_target))
+
+
+def _in_text_shares(plan: shares.TextPlan, cfg: Config, is_target: bool,
+                    here: NodeAffinitySchedulingStrategy) -> Loading:
+    """A text edge list loaded in the byte ranges of ``plan``
+    (:func:`~tfgm_dist.load.shares.text_plan`): on this node, where the file is, a task per
+    range counting its lines (:func:`~.actors.line_count`), then one reading them
+    (:func:`~.actors.read_text_share`), each told its first line's number; then
+    :func:`_numbered`, the ids integers where every range's are."""
+    name, path = "target" if is_target else "source", plan.path
+    counts = [line_count.options(num_cpus=0, scheduling_strategy=here).remote(str(path), *r)
+              for r in plan.ranges]
+    yield
+    first = 1 + np.concatenate([[0], np.cumsum(_got(counts))[:-1]])
+    reads = [read_text_share.options(num_cpus=0, scheduling_strategy=here).remote(
+        plan, r, int(first[r]), f"load {name} share {r}") for r in range(len(plan.ranges))]
+    yield
+    met, integers, rows, used = zip(*_got([r[0] for r in reads]))
+    if not sum(rows):
+        raise InputError(no_data_lines(path))
+    return (yield from _numbered(path, shares.text_ids(met, integers), None, None, [r[1] for r in reads],
+                                 [(path, 0, path)] * len(reads), sum(rows), used, cfg,
+                                 is_target))
+
+
+def _numbered(path: Path, ids: pa.Array, relations: pa.Array | None,
+              content: NodeContent | None, reads: list[ray.ObjectRef],
+              at: list[tuple[Path, int, Path]], rows: int, used: tuple[dict, ...],
+              cfg: Config, is_target: bool) -> Loading:
+    """The graph of the shares' edge rows ``reads`` (``rows`` in all; ``at``: where each
+    share's rows are, for errors, :func:`~tfgm_dist.load.shares.numbered`) and their
+    distinct ``ids``: the driver numbers the nodes as one process does; anywhere, a task per
+    share numbers its rows (:func:`~.actors.number_share`) and one per block joins the
+    shares' pieces of it (:func:`~.actors.join_block`)."""
+    name, blocks = "target" if is_target else "source", max(1, cfg.ray.partitions)
     graph = ordered(Graph(ids, torch.zeros(2, 0, dtype=torch.long), source=str(path),
-                          content=files.content), cfg, is_target)
+                          content=content), cfg, is_target)
     numbered_by = ray.put(graph.ids)
     numbers = [number_share.options(num_returns=1 + blocks).remote(
-        r[1], light, share, numbered_by, relations, blocks)
-        for r, share in zip(reads, layout.shares)]
+        r, *where, numbered_by, relations, blocks) for r, where in zip(reads, at)]
     joins = [join_block.options(num_returns=4).remote(
         graph.num_nodes, f"load {name} block {b}", *(n[1 + b] for n in numbers))
         for b in range(blocks)]
     yield
     loops = sum(_got([n[0] for n in numbers]))
     kept, dropped, block_usage = zip(*_got([j[0] for j in joins]))
-    if loops == sum(rows):
+    if loops == rows:
         raise only_self_loops(str(path))
-    names = uri_names(graph.ids) if files.content is None else None
+    names = uri_names(graph.ids) if content is None else None
     graph = replace(graph, names=names, names_from_ids=names is not None,
-                    stats={"input_edges": sum(rows), "self_loops": loops,
+                    stats={"input_edges": rows, "self_loops": loops,
                            "duplicate_edges": sum(dropped)})
     held = Held([j[1] for j in joins], [j[2] for j in joins], [j[3] for j in joins],
                 sum(kept), 0 if relations is None else 2 * len(relations))

@@ -9,11 +9,13 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Iterator
 
 import faiss
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 import torch
 import torch.nn.functional as F
@@ -799,11 +801,31 @@ def read_share(layout: shares.Plan, share: shares.Share, role: str) -> tuple:
 
 
 @ray.remote(max_retries=RESTARTS)
-def number_share(rows: EdgeRows, layout: shares.Plan, share: shares.Share, ids: pa.Array,
-                 relations: pa.Array | None, blocks: int) -> tuple:
+def line_count(path: str, start: int, end: int) -> int:
+    """:func:`~tfgm_dist.load.shares.line_count` of a text file's bytes here."""
+    return shares.line_count(Path(path), start, end)
+
+
+@ray.remote(max_retries=RESTARTS, num_returns=2)
+def read_text_share(plan: shares.TextPlan, r: int, first_line: int, role: str) -> tuple:
+    """Range ``r`` of a text edge list read and checked here
+    (:func:`~tfgm_dist.load.shares.text_share`): first the distinct ids it met, whether all
+    are integers, its row count and this process's usage, then the rows, an object of
+    their own."""
+    start, usage = time.perf_counter(), Usage(role)
+    rows, integers = shares.text_share(plan, r, first_line)
+    met = pc.unique(pa.concat_arrays([rows.src, rows.dst]))
+    usage.add("load", start)
+    return (met, integers, rows.num_rows, usage.report()), rows
+
+
+@ray.remote(max_retries=RESTARTS)
+def number_share(rows: EdgeRows, edges_path: Path, offset: int, listed_in: Path,
+                 ids: pa.Array, relations: pa.Array | None, blocks: int) -> tuple:
     """:func:`~tfgm_dist.load.shares.numbered` here: the self-loops dropped, then each
     block's :class:`~tfgm_dist.load.shares.Piece`. Called with ``num_returns=1 + blocks``."""
-    loops, pieces = shares.numbered(rows, layout, share, ids, relations, blocks)
+    loops, pieces = shares.numbered(rows, edges_path, offset, listed_in, ids, relations,
+                                    blocks)
     return (loops, *pieces)
 
 

@@ -45,12 +45,17 @@ def load_edge_list(path: Path) -> Graph:
     rows = read_text_rows(path, ncols=(2, 3), weight_header=True)
     src, dst = infer_ids(rows.columns[0], rows.columns[1])
     ids, s, d = factorize(src, dst)
+    return build_graph(ids, s, d, str(path), weight=edge_list_weights(rows))
+
+
+def edge_list_weights(rows: Rows) -> np.ndarray | None:
+    """The third column of an edge list's ``rows`` as weights (:func:`~.ids.weights_of`),
+    ``None`` where there is none."""
     try:
-        weight = weights_of(rows.columns[2], rows) if len(rows.columns) == 3 else None
+        return weights_of(rows.columns[2], rows) if len(rows.columns) == 3 else None
     except InputError as e:
         raise InputError(f"{e} (if its lines are a knowledge graph's head relation tail, "
                          "pass --format triples)") from None
-    return build_graph(ids, s, d, str(path), weight=weight)
 
 
 def load_triples(path: Path) -> Graph:

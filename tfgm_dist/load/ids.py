@@ -70,9 +70,14 @@ def _first_non_int(values: pa.Array) -> int | None:
 
 def infer_ids(src: pa.Array, dst: pa.Array) -> tuple[pa.Array, pa.Array]:
     """Text id columns as int64 if every id in both is an integer, else as strings."""
-    if _first_non_int(src) is None and _first_non_int(dst) is None:
+    if all_integers(src, dst):
         return src.cast(pa.int64()), dst.cast(pa.int64())
     return src, dst
+
+
+def all_integers(*columns: pa.Array) -> bool:
+    """Whether every id of these text columns is a canonical decimal int64."""
+    return all(_first_non_int(c) is None for c in columns)
 
 
 def id_column(rows: Rows, j: int, name: str) -> pa.Array:

@@ -57,7 +57,7 @@ def read_text(path: Path) -> str:
         raise InputError(f"{path} line {line}: not UTF-8 text ({e.reason})") from None
 
 
-def _delimiter(path: Path) -> str | None:
+def text_delimiter(path: Path) -> str | None:
     """``,`` for .csv, tab for .tsv, otherwise None (any run of whitespace)."""
     return {".csv": ",", ".tsv": "\t"}.get(text_suffix(path))
 
@@ -71,22 +71,47 @@ def read_text_rows(path: Path, ncols: tuple[int, ...], delim: str | None = None,
     ``weight_header``, if the file is .csv/.tsv and its third (weight) field is not a number.
     The splitting is vectorised in Arrow: Python's per-line ``split`` would dominate the time.
     """
-    delim = _delimiter(path) if delim is None else delim
-    text = pa.array([read_text(path)], pa.large_string())
-    lines = pc.utf8_trim_whitespace(pc.list_flatten(pc.split_pattern(text, "\n")))
-    data = pc.and_(pc.greater(pc.utf8_length(lines), 0),
-                   pc.invert(pc.match_substring_regex(lines, "^[#%]")))
-    line_numbers = np.flatnonzero(data.to_numpy(zero_copy_only=False)) + 1
-    lines = lines.filter(data)
-    fields = (pc.utf8_split_whitespace(lines) if delim is None
-              else pc.split_pattern(lines, delim))
-    if len(fields) and (_is_header(fields[0].as_py(), fields[1].as_py() if len(fields) > 1
-                                   else None, weight_header and delim is not None)
+    delim = text_delimiter(path) if delim is None else delim
+    fields, line_numbers = text_fields(read_text(path), delim)
+    if len(fields) and (starts_with_header(fields, weight_header and delim is not None)
                         or _names_columns(fields)):
         fields, line_numbers = fields[1:], line_numbers[1:]
     if not len(fields):
-        raise InputError(f"{path}: no data lines (the file is empty or only comments)")
+        raise InputError(no_data_lines(path))
     k = _column_count(path, pc.list_value_length(fields).to_numpy(), line_numbers, ncols)
+    return fields_as_rows(path, fields, line_numbers, k, delim)
+
+
+def no_data_lines(path: Path) -> str:
+    """The error of a text file without a data line."""
+    return f"{path}: no data lines (the file is empty or only comments)"
+
+
+def text_fields(text: str, delim: str | None, first_line: int = 1
+                ) -> tuple[pa.ListArray, np.ndarray]:
+    """The fields of each data line of ``text`` (blank and ``#``/``%`` comment lines left
+    out), split at ``delim`` (None: any run of whitespace), and each line's number, the
+    first line of ``text`` being ``first_line``."""
+    lines = pc.utf8_trim_whitespace(pc.list_flatten(pc.split_pattern(
+        pa.array([text], pa.large_string()), "\n")))
+    data = pc.and_(pc.greater(pc.utf8_length(lines), 0),
+                   pc.invert(pc.match_substring_regex(lines, "^[#%]")))
+    line_numbers = np.flatnonzero(data.to_numpy(zero_copy_only=False)) + first_line
+    lines = lines.filter(data)
+    fields = pc.utf8_split_whitespace(lines) if delim is None else pc.split_pattern(lines, delim)
+    return fields, line_numbers
+
+
+def starts_with_header(fields: pa.ListArray, weight_header: bool) -> bool:
+    """Whether the first of these lines' ``fields`` names the columns (:func:`_is_header`)."""
+    return _is_header(fields[0].as_py(), fields[1].as_py() if len(fields) > 1 else None,
+                      weight_header)
+
+
+def fields_as_rows(path: Path, fields: pa.ListArray, line_numbers: np.ndarray, k: int,
+                   delim: str | None) -> Rows:
+    """Lines of ``k`` ``fields`` each as ``k`` string columns, CSV quotes taken off where
+    ``delim`` is set; an empty field is an error naming its line."""
     values = pc.list_flatten(fields).cast(pa.string())
     if delim is not None:  # CSV quoting: "a b" is the field a b
         values = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r'^"(.*)"$',
@@ -115,13 +140,23 @@ def _is_header(first: list[str], second: list[str] | None, weight_header: bool) 
         second is not None and not numbers(first).any() and numbers(second).all())
 
 
+def spelled_like_column(fields: pa.ListArray) -> bool:
+    """Whether the first line's first field looks like a column name (:data:`COLUMN_NAME`)."""
+    return bool(pc.match_substring_regex(_first_line(fields)[:1], COLUMN_NAME)[0].as_py())
+
+
 def _names_columns(fields: pa.ListArray) -> bool:
     """Whether the first line's first field looks like a column name (:data:`COLUMN_NAME`)
     and none of its fields recurs in a later line: ``user_a,user_b`` above string ids."""
-    first = pc.utf8_trim(fields[0].values.cast(pa.string()), characters=' "')
-    if not pc.match_substring_regex(first[0], COLUMN_NAME).as_py():
+    if not spelled_like_column(fields):
         return False
-    return not pc.any(pc.is_in(pc.list_flatten(fields[1:]), value_set=first)).as_py()
+    return not pc.any(pc.is_in(pc.list_flatten(fields[1:]),
+                               value_set=_first_line(fields))).as_py()
+
+
+def _first_line(fields: pa.ListArray) -> pa.Array:
+    """The first line's fields, unquoted."""
+    return pc.utf8_trim(fields[0].values.cast(pa.string()), characters=' "')
 
 
 def _column_count(path: Path, counts: np.ndarray, lines: np.ndarray,
@@ -131,12 +166,19 @@ def _column_count(path: Path, counts: np.ndarray, lines: np.ndarray,
     if counts[0] not in ncols:
         raise InputError(f"{path} line {lines[0]}: expected {expected} columns, "
                          f"got {counts[0]}")
-    bad = np.flatnonzero(counts != counts[0])
+    check_column_count(path, counts, lines, (int(counts[0]), int(lines[0])))
+    return int(counts[0])
+
+
+def check_column_count(path: Path, counts: np.ndarray, lines: np.ndarray,
+                       like: tuple[int, int]) -> None:
+    """Every row has the column count of the file's first data line, ``like`` (its count and
+    line number); else the error names the first row that has not."""
+    bad = np.flatnonzero(counts != like[0])
     if len(bad):
         i = int(bad[0])
-        raise InputError(f"{path} line {lines[i]}: expected {counts[0]} columns like line "
-                         f"{lines[0]}, got {counts[i]}")
-    return int(counts[0])
+        raise InputError(f"{path} line {lines[i]}: expected {like[0]} columns like line "
+                         f"{like[1]}, got {counts[i]}")
 
 
 def read_table(path: Path, ncols: int, what: str) -> Rows:
