@@ -653,6 +653,15 @@ def test_chosen_rounds_do_not_start_where_the_held_out_run_misses_almost_nothing
     assert len(asked.report["bootstrap"]["tried"]) == 1  # a user's rounds always start
 
 
+def test_no_round_starts_where_it_could_not_lift_the_held_out_hits_by_the_gain_a_round_needs():
+    # 6 of 3,000 held out missed (a named pair of 100,000 entities): a round could gain 0.2
+    # points at most, and took 94 s to lose 0.07
+    assert not auto.round_can_gain({"hits@1": 0.998, "held_out": 3000})
+    assert auto.round_can_gain({"hits@1": 0.98, "held_out": 3000})
+    assert auto.round_can_gain({"hits@1": 0.98, "held_out": 450})  # 9 missed: DBP15k ja-en
+    assert not auto.round_can_gain({"hits@1": 0.992, "held_out": 450})  # 4 missed
+
+
 def test_a_chosen_round_follows_only_a_round_that_gained_enough(tmp_path, monkeypatch):
     paths = write_pair(tmp_path, 1500, seed=4, mean_degree=4, edge_noise=0.2,
                        feature_noise=2.0, feature_dim=16)  # two rounds each gain 2-5 points

@@ -120,9 +120,11 @@ EXACT_K = 50  # candidates a source where the search is exact
 # (_from_the_whole) then cost zh-en 97.37 -> 97.21 for 0.6 s.
 HINT_K = 25
 SEEDED_ROUNDS = 2
-# ... unless the held-out run decodes all but this many held-out seeds right: then no round can
-# show a gain that is not noise (DBP15k fr-en misses 1 of 450; its two rounds cost 16 s of 37
-# and moved one-to-one accuracy by nothing).
+# ... unless the held-out run decodes all but this many held-out seeds right, or all but
+# MIN_ROUND_GAIN of them: then no round can show a gain that is not noise, or that pays a
+# pass (DBP15k fr-en misses 1 of 450; its two rounds cost 16 s of 37 and moved one-to-one
+# accuracy by nothing; a named pair of 100,000 entities missed 6 of 3,000, and its round
+# took 94 s of 283 to lose 0.07).
 MIN_MISSED = 5
 # ... and a chosen round starts only where its hints number at least this share of the kept
 # seeds: fewer barely change the anchor channel. On the flickr development pairs (the 1-WL
@@ -805,6 +807,13 @@ def _whole_pays(trial: Pair, guess: Result, fit: estimate.Calibration,
     return sure is not None and sure.sources.size >= MIN_HINT_SHARE * trial.seeds[0].size
 
 
+def round_can_gain(found: dict[str, Any]) -> bool:
+    """Whether the held-out runs of the estimate ``found`` miss enough seeds for a
+    bootstrapping round to show a gain: :data:`MIN_MISSED` of them, and
+    :data:`MIN_ROUND_GAIN` of the held-out seeds."""
+    return _missed(found) >= max(MIN_MISSED, MIN_ROUND_GAIN * found["held_out"])
+
+
 def _missed(found: dict[str, Any]) -> int:
     """How many held-out seeds the estimate ``found`` says its runs got wrong."""
     return round((1 - found["hits@1"]) * found["held_out"])
@@ -929,7 +938,8 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
     """Seeded bootstrapping on the folds' runs ``guesses`` (estimate ``found``): each round
     the :func:`confident_matches` of every fold become its hints, kept while the held-out
     estimate improves. Rounds the user did not ask for do not start where the held-out run
-    misses fewer than :data:`MIN_MISSED` seeds, the hints are fewer than
+    misses fewer than :data:`MIN_MISSED` seeds or :data:`MIN_ROUND_GAIN` of them, the
+    hints are fewer than
     :data:`MIN_HINT_SHARE` of the kept seeds, or the round before gained less than
     :data:`MIN_ROUND_GAIN`. Returns the runs and estimate of the last kept
     round, each fold's hints in it (``None`` when no round was kept) and the report."""
@@ -938,7 +948,7 @@ def _rounds(trials: list[tuple[Pair, Pairs]], guesses: list[Result], found: dict
     rounds, told, tried, kept, why = cfg.bootstrap.rounds, None, [], 0, None
     seeds = sum(trial.seeds[0].size for trial, _ in trials)
     missed = _missed(found)
-    if chosen and missed < MIN_MISSED:
+    if chosen and not round_can_gain(found):
         rounds, why = 0, (f"the held-out run missed {missed} of {found['held_out']}: no round "
                           "could show a gain")
     for _ in range(rounds):
