@@ -482,8 +482,19 @@ def both_ways_pays(dim: int, k: int) -> bool:
 # zh-en's 14,888 x 10,500 x 1,792 product took 1.4 s against 3.5 s in float32. Each list is
 # then BF16_WIDTH times k + 1 wide, so that the exact k-th score clears the widest score left
 # out by the product's error bound: on that pair +16 cleared it for 86 % of the rows, +32 for
-# 99.9 %, +50 for all.
+# 99.9 %, +50 for all. The scores' density near the k-th, not k, sets the margin, so a list
+# is also at least BF16_MARGIN longer than k + 1: the named pair of 100,000 entities, k = 25
+# (a hint pass), 43 wide: 4.7 % of the sampled rows uncertified, 13.6 % with its hints'
+# anchors (past BF16_EXTRA in its round, whose product fell back to float32: 160 s against
+# 50 s for the first pass); 60 wide: none and 0.1 %; k = 50, 85 wide 2.7 % and 11.5 %,
+# 101 wide 0.03 % and 0.9 %.
 BF16_WIDTH = 1.65
+BF16_MARGIN = 50
+
+
+def bf16_width(k: int) -> int:
+    """How many candidates a row's list holds from a bfloat16 product, for lists of ``k``."""
+    return max(math.ceil(BF16_WIDTH * (k + 1)), k + 1 + BF16_MARGIN)
 BF16_UNIT = 2.0 ** -9  # bfloat16's unit roundoff (8 significant bits)
 
 
@@ -516,7 +527,7 @@ def bf16_certifies(q_s: np.ndarray, q_t: np.ndarray, k: int,
     about as well as float32 does: it leaves at most :data:`BF16_EXTRA` of them more to
     search again. ``low_t``: ``q_t`` in bfloat16, transposed, where the caller has it."""
     n, m = q_s.shape[0], q_t.shape[0]
-    wide = min(math.ceil(BF16_WIDTH * (k + 1)), m)
+    wide = min(bf16_width(k), m)
     sample = q_s[np.unique(np.linspace(0, n - 1, min(n, BF16_SAMPLE)).astype(np.int64))]
     norms = row_norms(sample)
     sample, norms = sample[norms > 0], norms[norms > 0]
@@ -593,8 +604,8 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray | N
     computed once, not twice (DBP15k zh_en, 14,888 x 10,500 x 1,536 on 2 cores: 5.2 s
     against 6.9 s for two flat FAISS searches). The blocks are multiplied and ranked on
     ``device`` (a torch device; the lists are finished on the CPU). ``w`` is ``k + 1``, or
-    with a ``bf16`` product (default: on a CPU where :func:`bf16_native` and
-    :func:`bf16_certifies`) or on a GPU :data:`BF16_WIDTH` times that: a GPU's float32
+    :func:`bf16_width` with a ``bf16`` product (default: on a CPU where :func:`bf16_native`
+    and :func:`bf16_certifies`) or on a GPU: a GPU's float32
     error bound is wider than BLAS's, and with ``k + 1`` a 100,000-node pair's rows came
     so often within it of their ``k``-th that the CPU searched them again (7.4 s a pass on an
     H100, whose float32 rate does the product's arithmetic in about a tenth of a second).
@@ -619,7 +630,7 @@ def both_ways(x_s: np.ndarray, x_t: np.ndarray, k: int, *, ids_s: np.ndarray | N
     base = None if on_cpu and not bf16 else (low_t if bf16 else torch.from_numpy(q_t).T
                                              ).to(device)
     n, m = q_s.shape[0], q_t.shape[0]
-    wide = math.ceil(BF16_WIDTH * (k + 1)) if bf16 or not on_cpu else k + 1
+    wide = bf16_width(k) if bf16 or not on_cpu else k + 1
     w_row, w_col = min(wide, m), min(wide, n)
     row_s, row_i = torch.empty(n, w_row), torch.empty(n, w_row, dtype=torch.long)
     columns = None if ids_s is None else ColumnTop(m, w_col, device)
