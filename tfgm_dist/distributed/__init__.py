@@ -325,9 +325,9 @@ def _in_text_shares(plan: shares.TextPlan, cfg: Config, is_target: bool,
     met, integers, rows, used = zip(*_got([r[0] for r in reads]))
     if not sum(rows):
         raise InputError(no_data_lines(path))
-    return (yield from _numbered(path, shares.text_ids(met, integers), None, None, [r[1] for r in reads],
-                                 [(path, 0, path)] * len(reads), sum(rows), used, cfg,
-                                 is_target))
+    return (yield from _numbered(path, shares.text_ids(met, integers), None, None,
+                                 [r[1] for r in reads], [(path, 0, path)] * len(reads),
+                                 sum(rows), used, cfg, is_target))
 
 
 def _numbered(path: Path, ids: pa.Array, relations: pa.Array | None,

@@ -24,7 +24,8 @@ HEADER_NAMES = frozenset({"src", "source", "source_id", "u", "head", "from", "id
 # A first field like these (node1, user_a, uid_1, from_id) names a column where the line's
 # fields recur nowhere below it: string ids can be spelled so too, but a node that is in one
 # edge alone, the first, is what a header would be.
-COLUMN_NAME = r"(?i)^(src|source|from|head|node|user|uid|id|vertex|subject|start|left|u)[ _.-]?(id|[0-9a-z])?$"
+COLUMN_NAME = (r"(?i)^(src|source|from|head|node|user|uid|id|vertex|subject|start|left|u)"
+               r"[ _.-]?(id|[0-9a-z])?$")
 
 
 # Suffixes of the compressed text Arrow's input streams read (public graph collections
