@@ -796,7 +796,7 @@ def _whole_pays(trial: Pair, guess: Result, fit: estimate.Calibration,
     ``trial`` knows seeds: the real flickr_lastfm's held-out run is sure of too few, and the
     pass changed nothing there for 31 s more.
 
-    Also where the held-out runs miss almost nothing, and no round starts (:data:`MIN_MISSED`):
+    Also where the held-out runs miss almost nothing, and no round starts (:func:`round_can_gain`):
     they cannot show a gain, but the pass makes one. DBP15k fr-en in OpenEA's files
     (``rel_triples_1``, seeds ``train_links``, ranked against every target; the held-out run
     missed 4 of 450): one-to-one 98.34 -> 98.89; a yeast copy with 17 counts a node 97.87 ->

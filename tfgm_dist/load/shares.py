@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from .formats import EdgeRows, LayoutFiles, edge_list_weights, edge_rows, layout_files
 from .ids import Rows, all_integers, codes_in, first_of_each, relation_roles, relation_values
-from .tables import (COMPRESSED, check_column_count, fields_as_rows, row_groups,
+from .tables import (COMPRESSED, check_column_count, decoded, fields_as_rows, row_groups,
                      spelled_like_column, starts_with_header, streamed_batches, text_delimiter,
                      text_fields)
 
@@ -212,12 +212,7 @@ def text_share(plan: TextPlan, r: int, first_line: int) -> tuple[EdgeRows, bool]
     with open(plan.path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    try:
-        text = data.decode("utf-8-sig" if start == 0 else "utf-8")
-    except UnicodeDecodeError as e:
-        line = first_line + data[:e.start].count(b"\n")
-        raise InputError(f"{plan.path} line {line}: not UTF-8 text ({e.reason})") from None
-    fields, lines = text_fields(text, plan.delim, first_line)
+    fields, lines = text_fields(decoded(data, plan.path, first_line), plan.delim, first_line)
     if start == 0 and plan.header:
         fields, lines = fields[1:], lines[1:]
     check_column_count(plan.path, pc.list_value_length(fields).to_numpy(), lines, plan.like)

@@ -51,10 +51,17 @@ def read_text(path: Path) -> str:
         raise InputError(f"{path}: no such file") from None
     except OSError as e:  # unreadable, or not the compression its suffix names
         raise InputError(f"{path}: cannot read ({e.strerror or one_line(e)})") from None
+    return decoded(data, path)
+
+
+def decoded(data: bytes, path: Path, first_line: int = 1) -> str:
+    """``data``, bytes of ``path`` whose first line is line ``first_line``, as UTF-8 text (a
+    byte order mark at the file's start dropped); an invalid byte is an error naming its
+    line."""
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig" if first_line == 1 else "utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
+        line = first_line + data[:e.start].count(b"\n")
         raise InputError(f"{path} line {line}: not UTF-8 text ({e.reason})") from None
 
 
